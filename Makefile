@@ -1,0 +1,29 @@
+# `make demo` and `make test` create .venv if it is missing, then do their job.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO := runs/demo
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	$(BIN)/omnitune profile --workload lenet-digits --out profiles/demo.json
+	$(BIN)/omnitune plan --profile profiles/demo.json --workload lenet-digits --target-accuracy 0.97 --out $(DEMO)/plan.json
+	$(BIN)/omnitune run $(DEMO)/plan.json --out-dir $(DEMO)
+	@echo "Results: profiles/demo.json, $(DEMO)/plan.json, $(DEMO)/summary.json, $(DEMO)/metrics.jsonl"
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,137 @@
+"""Devices and the cluster they belong to.
+
+A device is one training process: a CPU worker with a number of threads, or one CUDA GPU.
+A layout is a set of devices that can run side by side (their CPU cores do not overlap); the
+planner chooses among layouts. With no cluster spec, this machine offers two layouts: one CPU
+worker per core, or one CPU worker using every core (each plus every CUDA device torch sees).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from omnitune.errors import UserError
+from omnitune.files import from_dict, read_json
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    kind: Literal["cpu", "cuda"]
+    host: str = LOOPBACK
+    threads: int = 1          # torch intra-op threads of this worker process
+    cuda_index: int = -1      # which GPU of its host, for kind == "cuda"
+
+    def __post_init__(self):
+        if not self.id:
+            raise ValueError("device id must not be empty")
+        if self.threads < 1:
+            raise ValueError(f"device {self.id}: threads must be at least 1, got {self.threads}")
+        if self.kind == "cuda" and self.cuda_index < 0:
+            raise ValueError(f"device {self.id}: a cuda device needs cuda_index >= 0")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    devices: tuple[Device, ...]
+    layouts: dict[str, tuple[str, ...]]   # layout name -> device ids usable together
+    rendezvous: str = f"{LOOPBACK}:0"     # host:port of the c10d rendezvous; port 0 = pick a free one
+    server_host: str = LOOPBACK           # where the parameter server runs
+
+    def __post_init__(self):
+        ids = [d.id for d in self.devices]
+        if not ids:
+            raise ValueError("a cluster needs at least one device")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"device ids must be unique: {ids}")
+        for name, members in self.layouts.items():
+            unknown = set(members) - set(ids)
+            if unknown or not members:
+                raise ValueError(f"layout {name!r} names unknown devices {sorted(unknown)}")
+
+    def device(self, device_id: str) -> Device:
+        return next(d for d in self.devices if d.id == device_id)
+
+    def layout(self, name: str) -> tuple[Device, ...]:
+        return tuple(self.device(i) for i in self.layouts[name])
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.host for d in self.devices))
+
+
+def local_cluster(cpu_count: int | None = None, cuda_count: int | None = None) -> Cluster:
+    """This machine: one CPU worker per core, or one worker on all cores; plus every GPU."""
+    cpus = cpu_count if cpu_count is not None else (len(os.sched_getaffinity(0)) or 1)
+    if cuda_count is None:
+        import torch
+        cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = tuple(Device(f"cuda{i}", "cuda", cuda_index=i) for i in range(cuda_count))
+    per_core = tuple(Device(f"cpu{i}", "cpu", threads=1) for i in range(cpus))
+    layouts = {"one-per-core": tuple(d.id for d in per_core + gpus)}
+    devices = per_core + gpus
+    if cpus > 1:
+        whole = Device("cpu-all", "cpu", threads=cpus)
+        devices = devices + (whole,)
+        layouts["one-worker"] = (whole.id,) + tuple(d.id for d in gpus)
+    return Cluster(devices=devices, layouts=layouts)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    host: str = LOOPBACK
+    cpu_workers: tuple[int, ...] = (1,)   # threads of each CPU worker on this host
+    gpus: tuple[int, ...] = ()            # CUDA indices on this host
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    schema_version: int
+    nodes: tuple[NodeSpec, ...]
+    rendezvous: str = ""
+    server_host: str = ""
+    notes: str = field(default="")
+
+
+def load_cluster(path: str | os.PathLike) -> Cluster:
+    """Read a cluster spec (YAML or JSON) into a Cluster with a single layout of all its devices."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"{path}: file not found") from None
+        except yaml.YAMLError as e:
+            raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    else:
+        data = read_json(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping at the top level")
+    data.setdefault("schema_version", 1)
+    spec = from_dict(ClusterSpec, data, str(path))
+    if spec.schema_version != 1:
+        raise UserError(f"{path}: schema_version {spec.schema_version} is not one of [1]")
+    if not spec.nodes:
+        raise UserError(f"{path}: nodes: at least one node is needed")
+    devices = []
+    for n, node in enumerate(spec.nodes):
+        prefix = "" if len(spec.nodes) == 1 else f"n{n}-"
+        for i, threads in enumerate(node.cpu_workers):
+            if threads < 1:
+                raise UserError(f"{path}: nodes[{n}].cpu_workers[{i}]: threads must be at least 1")
+            devices.append(Device(f"{prefix}cpu{i}", "cpu", host=node.host, threads=threads))
+        devices += [Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g) for g in node.gpus]
+    if not devices:
+        raise UserError(f"{path}: nodes: no cpu_workers or gpus listed")
+    first = spec.nodes[0].host
+    try:
+        return Cluster(devices=tuple(devices), layouts={"cluster": tuple(d.id for d in devices)},
+                       rendezvous=spec.rendezvous or f"{first}:0", server_host=spec.server_host or first)
+    except ValueError as e:
+        raise UserError(f"{path}: {e}") from None

@@ -1,0 +1,153 @@
+"""Strict, versioned JSON files written atomically.
+
+Every file omnitune writes is a frozen dataclass turned into JSON with a `schema_version`.
+Loading rejects unknown or missing keys and wrong types with a `UserError` that names the
+file and the key, so a bad file never gets as far as a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from omnitune.errors import UserError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file, turning a missing or malformed file into a UserError."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read ({e.__class__.__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain JSON values (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def from_dict(cls: type, data: Any, where: str) -> Any:
+    """Build dataclass `cls` from JSON values, strictly.
+
+    Args:
+        cls: a (frozen) dataclass whose fields are annotated with JSON-able types.
+        data: the parsed JSON.
+        where: how to name this value in an error, e.g. "profile.json: devices[0]".
+    """
+    return _convert(cls, data, where)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, where)
+        for a in inner:
+            try:
+                return _convert(a, value, where)
+            except UserError:
+                continue
+        raise UserError(f"{where}: unexpected value {value!r}")
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in args:
+            raise UserError(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return _convert_dataclass(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise UserError(f"{where}: expected a list, got {type(value).__name__}")
+        item = args[0] if args else Any
+        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected an object, got {type(value).__name__}")
+        return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise UserError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {tp!r} at {where}")
+
+
+def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected an object, got {type(value).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in value:
+            kwargs[name] = _convert(hints[name], value[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise UserError(f"{where}: missing key {name!r}")
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
+
+
+def load_versioned(path: str | os.PathLike, cls: type, supported: tuple[int, ...]) -> Any:
+    """Load a dataclass file whose top level carries `schema_version`."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object at the top level")
+    version = data.get("schema_version")
+    if version not in supported:
+        raise UserError(f"{path}: schema_version {version!r} is not one of {list(supported)}")
+    return from_dict(cls, data, str(path))

@@ -1,0 +1,92 @@
+"""The plan: what `omnitune plan` chose and why, as a frozen, versioned dataclass."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from omnitune.cluster import Device
+from omnitune.files import atomic_write_json, load_versioned, to_dict
+
+SCHEMA_VERSION = 1
+Protocol = Literal["sync", "groups"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    sec_per_iter: float
+    iters_to_target: float           # inf when the probes say the target is out of reach
+    time_to_target_s: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: str
+    protocol: Protocol
+    groups: int
+    batch_size: int                  # per device
+    lr: float
+    momentum: float                  # explicit
+    implicit_momentum: float         # assumed from asynchrony, 1 - 1/g
+    sec_per_iter: float
+    iters_to_target: float | None    # None: not probed (ruled out by hardware efficiency alone)
+    time_to_target_s: float | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    schema_version: int
+    workload: str
+    data_dir: str | None
+    target_accuracy: float
+    seed: int
+    protocol: Protocol
+    layout: str
+    devices: tuple[Device, ...]                # in rank order of the workers
+    groups: tuple[tuple[str, ...], ...]        # device ids of each compute group
+    batch_size: dict[str, int]                 # per device id
+    lr: float
+    momentum: float                            # explicit momentum
+    implicit_momentum: float                   # assumed from asynchrony
+    prediction: Prediction
+    candidates: tuple[Candidate, ...]
+    profile: str
+    rendezvous: str
+    server_host: str
+    created_at: str
+
+    def __post_init__(self):
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not -1 < self.momentum < 1:
+            raise ValueError(f"momentum must be in (-1, 1), got {self.momentum}")
+        ids = [d.id for d in self.devices]
+        grouped = [i for g in self.groups for i in g]
+        if sorted(grouped) != sorted(ids) or any(not g for g in self.groups):
+            raise ValueError(f"groups {self.groups} must split the devices {ids} into non-empty groups")
+        if self.protocol == "sync" and len(self.groups) != 1:
+            raise ValueError(f"protocol sync takes one group, got {len(self.groups)}")
+        if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
+            raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
+
+    @property
+    def server(self) -> bool:
+        """Whether a parameter-server process joins the workers."""
+        return self.protocol != "sync"
+
+    @property
+    def processes(self) -> int:
+        return len(self.devices) + int(self.server)
+
+
+def save(plan: Plan, path: str | os.PathLike) -> None:
+    atomic_write_json(path, to_dict(plan))
+
+
+def load(path: str | os.PathLike) -> Plan:
+    return load_versioned(path, Plan, supported=(1,))

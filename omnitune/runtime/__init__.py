@@ -1,0 +1,1 @@
+"""The two ends with side effects that start processes: the launcher and the worker code."""

@@ -1,0 +1,63 @@
+"""What one process of a run knows: its role, its device, the workload and the run's limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from omnitune.cluster import Device
+from omnitune.plan import Plan
+from omnitune.runtime.topology import Role
+from omnitune.workload import Workload
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """The arguments every process of a run receives (they must pickle)."""
+    plan_path: str
+    run_dir: str
+    max_time_s: float
+    eval_every_s: float
+    timeout_s: float
+
+
+@dataclass
+class Context:
+    job: JobArgs
+    plan: Plan
+    role: Role
+    device: torch.device
+    workload: Workload
+    model: torch.nn.Module
+    train: torch.utils.data.Dataset
+    test: torch.utils.data.Dataset
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.job.run_dir)
+
+
+def torch_device(device: Device | None) -> torch.device:
+    """Claim a device for this process: its GPU, or its share of CPU threads."""
+    if device is not None and device.kind == "cuda":
+        torch.cuda.set_device(device.cuda_index)
+        torch.set_num_threads(1)
+        return torch.device("cuda", device.cuda_index)
+    torch.set_num_threads(device.threads if device is not None else 1)
+    return torch.device("cpu")
+
+
+def backend(plan: Plan) -> str:
+    """gloo for CPU tensors and point-to-point; NCCL for collectives on CUDA tensors."""
+    if any(d.kind == "cuda" for d in plan.devices):
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+def buffer_device(plan: Plan, role: Role, device: torch.device) -> torch.device:
+    """All-reduce buffers live on the GPU only when every member of the group is a GPU."""
+    members = plan.groups[role.group] if role.group >= 0 else ()
+    on_gpu = members and all(next(d for d in plan.devices if d.id == m).kind == "cuda" for m in members)
+    return device if on_gpu else torch.device("cpu")

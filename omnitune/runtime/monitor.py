@@ -1,0 +1,68 @@
+"""The coordinator's view of a run: when to evaluate, what to log, when to stop."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from omnitune.workload import Workload, evaluate
+
+
+@dataclass
+class Monitor:
+    """Evaluates the test set at intervals and decides when the run ends.
+
+    Evaluation pauses training on the coordinator, so the interval grows to at least ten
+    times the last evaluation's duration: evaluation stays under ~10% of the wall time.
+    """
+
+    workload: Workload
+    test: torch.utils.data.Dataset
+    target: float
+    max_time_s: float
+    eval_every_s: float
+    metrics_path: Path
+    start: float = field(default_factory=time.perf_counter)
+    next_eval: float = 0.0
+    time_to_target_s: float | None = None
+    final_accuracy: float = 0.0
+    evaluations: int = 0
+    eval_s: float = 0.0              # wall time spent evaluating
+    losses: list = field(default_factory=list)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def record_loss(self, loss: float) -> None:
+        self.losses.append(loss)
+
+    def due(self) -> bool:
+        return self.elapsed() >= self.next_eval
+
+    def check(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> bool:
+        """Evaluate if due; return True when the run should stop (target reached or out of time)."""
+        now = self.elapsed()
+        if now >= self.next_eval:
+            self.evaluate(model, iteration, extra)
+            self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
+        return self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
+
+    def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
+        wall = self.elapsed()
+        device = next(model.parameters()).device
+        test_loss, accuracy = evaluate(self.workload, model, self.test, device)
+        train_loss = sum(self.losses) / len(self.losses) if self.losses else None
+        self.losses.clear()
+        self.final_accuracy = accuracy
+        self.evaluations += 1
+        self.eval_s += self.elapsed() - wall
+        if accuracy >= self.target and self.time_to_target_s is None:
+            self.time_to_target_s = wall
+        line = {"wall_s": round(wall, 4), "iteration": iteration, "train_loss": train_loss,
+                "test_loss": test_loss, "test_accuracy": accuracy, **(extra or {})}
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(line) + "\n")

@@ -1,0 +1,89 @@
+"""The parameter server: applies each group's gradient as it arrives (asynchronously).
+
+It owns the master weights and the momentum buffer (explicit momentum, torch's SGD). Every
+message from a leader is [gradient | loss | batch | clock of the weights it used]; the server
+steps, then answers [weights | stop | its clock]. Staleness = server clock − that clock.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from omnitune.runtime.context import Context
+from omnitune.runtime.flat import get_params, num_params, set_grads
+from omnitune.runtime.monitor import Monitor
+from omnitune.runtime.summary import RunSummary, finite_or_none, save
+from omnitune.runtime.topology import group_ranks
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, momentum: float) -> torch.optim.SGD:
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+
+
+def apply_update(model: torch.nn.Module, opt: torch.optim.Optimizer, grad: torch.Tensor) -> None:
+    """One server update: the received gradient through the optimizer (profiled as service time)."""
+    set_grads(model, grad)
+    opt.step()
+
+
+def serve(ctx: Context) -> dict:
+    from omnitune.runtime.worker import new_monitor
+
+    model = ctx.model
+    P = num_params(model)
+    opt = make_optimizer(model, ctx.plan.lr, ctx.plan.momentum)
+    leaders = [r[0] for r in group_ranks(ctx.plan)]
+    updates = {leader: 0 for leader in leaders}
+    msg, reply = torch.zeros(P + 3), torch.zeros(P + 2)
+    monitor = new_monitor(ctx)
+    clock, staleness_sum, stopping, done = 0, 0.0, False, set()
+    while len(done) < len(leaders):
+        src = dist.recv(msg)                       # from whichever leader is ready first
+        if not stopping:
+            apply_update(model, opt, msg[:P])
+            staleness_sum += clock - float(msg[P + 2])
+            clock += 1
+            updates[src] += 1
+            monitor.record_loss(float(msg[P]))
+            stopping = monitor.check(model, clock)
+        if stopping:
+            done.add(src)
+        get_params(model, reply[:P])
+        reply[P], reply[P + 1] = float(stopping), clock
+        dist.send(reply, dst=src)
+    return finish(ctx, monitor, opt, clock, [updates[leader] for leader in leaders],
+                  mean_staleness=staleness_sum / max(clock, 1))
+
+
+def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
+           mean_staleness: float) -> dict:
+    """Evaluate once more, then write the checkpoint and summary.json (the coordinator's job)."""
+    from omnitune.runtime.worker import save_checkpoint
+
+    if monitor.evaluations == 0 or monitor.time_to_target_s is None:
+        monitor.evaluate(ctx.model, iterations)
+    wall = monitor.elapsed()
+    save_checkpoint(ctx, opt, iterations)
+    pred = ctx.plan.prediction
+    summary = RunSummary(
+        schema_version=1,
+        reached_target=monitor.time_to_target_s is not None,
+        time_to_target_s=monitor.time_to_target_s,
+        iterations=iterations,
+        final_accuracy=monitor.final_accuracy,
+        target_accuracy=ctx.plan.target_accuracy,
+        predicted_time_to_target_s=finite_or_none(pred.time_to_target_s),
+        predicted_sec_per_iter=pred.sec_per_iter,
+        measured_sec_per_iter=(wall - monitor.eval_s) / max(iterations, 1),
+        wall_s=wall,
+        plan=ctx.job.plan_path,
+        protocol=ctx.plan.protocol,
+        processes=ctx.plan.processes,
+        updates_per_group=tuple(updates_per_group),
+        mean_staleness=mean_staleness,
+        evaluations=monitor.evaluations,
+    )
+    save(summary, ctx.run_dir / "summary.json")
+    from omnitune.files import to_dict
+    return to_dict(summary)

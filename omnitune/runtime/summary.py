@@ -1,0 +1,47 @@
+"""summary.json: what a run measured, beside what its plan predicted."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from omnitune.files import atomic_write_json, load_versioned, to_dict
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    schema_version: int
+    reached_target: bool
+    time_to_target_s: float | None
+    iterations: int
+    final_accuracy: float
+    target_accuracy: float
+    predicted_time_to_target_s: float | None
+    predicted_sec_per_iter: float
+    measured_sec_per_iter: float
+    wall_s: float
+    plan: str
+    protocol: str
+    processes: int
+    updates_per_group: tuple[int, ...]
+    mean_staleness: float           # server clock minus the clock of the weights a gradient used
+    evaluations: int
+
+    def __post_init__(self):
+        if self.reached_target != (self.time_to_target_s is not None):
+            raise ValueError("reached_target must agree with time_to_target_s")
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def save(summary: RunSummary, path: str | os.PathLike) -> None:
+    atomic_write_json(path, to_dict(summary))
+
+
+def load(path: str | os.PathLike) -> RunSummary:
+    return load_versioned(path, RunSummary, supported=(1,))

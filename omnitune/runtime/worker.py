@@ -1,0 +1,121 @@
+"""The entry point of every process of a run, and the workers' training loops.
+
+Within a compute group, members compute their share of one minibatch and all-reduce the
+gradients (weighted by their batch sizes, so unequal batches average correctly). With `sync`
+every worker then steps its own replica; with `groups` the leader sends the group's gradient to
+the parameter server and the group continues from the weights it sends back (Omnivore §3).
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from omnitune import env, plan as plan_mod, workload as workload_mod
+from omnitune.files import atomic_write_bytes
+from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, torch_device
+from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
+from omnitune.runtime.monitor import Monitor
+from omnitune.runtime.topology import group_ranks, roles
+from omnitune.workload import batches
+
+
+def main(job: JobArgs) -> dict | None:
+    """Run this process's role; the coordinator returns the run summary as a dict."""
+    plan = plan_mod.load(job.plan_path)
+    role = roles(plan)[env.rank()]
+    device = torch_device(role.device)
+    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s))
+    try:
+        # Every rank creates every group, in the same order (a torch.distributed requirement).
+        pgs = [dist.new_group(list(r)) for r in group_ranks(plan)] if plan.server else [None]
+        wl = workload_mod.load(plan.workload)
+        torch.manual_seed(plan.seed)            # identical initial weights on every rank
+        model = wl.build_model().to(device)
+        train, test = wl.build_datasets(plan.data_dir, plan.seed)
+        torch.manual_seed(plan.seed + role.rank)
+        ctx = Context(job, plan, role, device, wl, model, train, test)
+        dist.barrier()
+        if role.kind == "server":
+            from omnitune.runtime.server import serve
+            return serve(ctx)
+        return train_worker(ctx, pgs[role.group] if plan.server else None)
+    finally:
+        dist.destroy_process_group()
+
+
+def new_monitor(ctx: Context) -> Monitor:
+    return Monitor(ctx.workload, ctx.test, ctx.plan.target_accuracy, ctx.job.max_time_s,
+                   ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl")
+
+
+def compute_grads(ctx: Context, x: torch.Tensor, y: torch.Tensor) -> float:
+    ctx.model.zero_grad(set_to_none=False)
+    loss = ctx.workload.loss_fn(ctx.model(x.to(ctx.device)), y.to(ctx.device))
+    loss.backward()
+    return float(loss.detach())
+
+
+def train_worker(ctx: Context, group) -> dict | None:
+    """One worker: compute, all-reduce in the group, then step (sync) or ask the server (groups)."""
+    role, plan, model = ctx.role, ctx.plan, ctx.model
+    P = num_params(model)
+    # buf = [weighted gradient (P) | weighted loss | batch size | stop flag]
+    buf = torch.zeros(P + 3, device=buffer_device(plan, role, ctx.device))
+    reply = torch.zeros(P + 2, device=buf.device)      # [weights (P) | stop flag | server clock]
+    opt = torch.optim.SGD(model.parameters(), lr=plan.lr, momentum=plan.momentum)
+    monitor = new_monitor(ctx) if role.coordinator else None
+    stop, iterations = 0.0, 0
+    n_workers = len(plan.devices)
+    for x, y in batches(ctx.train, role.batch_size, plan.seed, role.shard, n_workers):
+        loss = compute_grads(ctx, x, y)
+        b = float(len(y))
+        get_grads(model, buf[:P]).mul_(b)
+        buf[P], buf[P + 1], buf[P + 2] = loss * b, b, stop
+        if len(role.group_ranks) > 1:
+            dist.all_reduce(buf, group=group)
+        buf[:P + 1].div_(buf[P + 1])
+        iterations += 1
+        if plan.server:
+            if exchange_with_server(ctx, group, buf, reply, P):
+                break
+            continue
+        set_grads(model, buf[:P])
+        opt.step()
+        if buf[P + 2] > 0:
+            break
+        if monitor:
+            monitor.record_loss(float(buf[P]))
+            stop = float(monitor.check(model, iterations))
+    if monitor:
+        from omnitune.runtime.server import finish
+        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=0.0)
+    return None
+
+
+def exchange_with_server(ctx: Context, group, buf: torch.Tensor, reply: torch.Tensor, P: int) -> bool:
+    """The leader sends the group's gradient and gets fresh weights; the group shares them.
+
+    Returns whether the server said to stop.
+    """
+    role = ctx.role
+    if role.leader:
+        buf[P + 2] = reply[P + 1]                        # the clock of the weights we computed on
+        dist.send(buf.cpu(), dst=0)
+        answer = torch.empty(reply.numel())
+        dist.recv(answer, src=0)
+        reply.copy_(answer)
+    if len(role.group_ranks) > 1:
+        dist.broadcast(reply, src=role.group_ranks[0], group=group)
+    set_params(ctx.model, reply[:P])
+    return bool(reply[P] > 0)
+
+
+def save_checkpoint(ctx: Context, opt: torch.optim.Optimizer, iterations: int) -> None:
+    state = {"model": ctx.model.state_dict(), "optimizer": opt.state_dict(), "iteration": iterations}
+    data = io.BytesIO()
+    torch.save(state, data)
+    atomic_write_bytes(ctx.run_dir / "checkpoint.pt", data.getvalue())

@@ -1,0 +1,138 @@
+"""Workloads: a Python file that builds a model and its datasets.
+
+The contract (see README): `build_model()` returns a `torch.nn.Module`;
+`build_datasets(data_dir, seed)` returns `(train, test)` torch datasets. Optional:
+`loss_fn(outputs, targets)` (default cross-entropy) and `metric(outputs, targets)` returning the
+number of correct predictions in the batch (default: classification accuracy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from omnitune.errors import UserError
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def resolve(spec: str) -> Path:
+    """`NAME` (dashes or underscores alike) → `models/NAME.py`; a path ending in .py → itself."""
+    if spec.endswith(".py") or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise UserError(f"--workload: file {spec} not found")
+        return path.resolve()
+    name = spec.replace("-", "_")
+    for folder in (Path.cwd() / "models", MODELS_DIR):
+        if (folder / f"{name}.py").is_file():
+            return (folder / f"{name}.py").resolve()
+    known = sorted(p.stem.replace("_", "-") for p in MODELS_DIR.glob("*.py") if p.stem != "__init__")
+    raise UserError(f"--workload: unknown workload {spec!r} (known: {', '.join(known)})")
+
+
+def _count_correct(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return (outputs.argmax(dim=1) == targets).sum()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A loaded workload file. `spec` is what the user typed; `path` the file it names."""
+
+    spec: str
+    path: Path
+    module: ModuleType
+
+    @property
+    def name(self) -> str:
+        return self.path.stem.replace("_", "-")
+
+    def build_model(self) -> torch.nn.Module:
+        return self.module.build_model()
+
+    def build_datasets(self, data_dir: str | None, seed: int) -> tuple[Dataset, Dataset]:
+        return self.module.build_datasets(data_dir, seed)
+
+    @property
+    def loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return getattr(self.module, "loss_fn", torch.nn.functional.cross_entropy)
+
+    @property
+    def metric(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return getattr(self.module, "metric", _count_correct)
+
+    def sample_batch(self, train: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `batch_size` training samples, repeated if the set is smaller."""
+        idx = [i % len(train) for i in range(batch_size)]
+        return collate(train, idx)
+
+
+def load(spec: str) -> Workload:
+    path = resolve(spec)
+    mod_name = f"omnitune_workload_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UserError(f"--workload: cannot import {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except UserError:
+        raise
+    except Exception as e:
+        raise UserError(f"{path}: failed to import ({e.__class__.__name__}: {e})") from None
+    for fn in ("build_model", "build_datasets"):
+        if not callable(getattr(module, fn, None)):
+            raise UserError(f"{path}: a workload must define {fn}() (see README, 'Workloads')")
+    return Workload(spec=spec, path=path, module=module)
+
+
+def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather samples by index; a TensorDataset is indexed directly, others one by one."""
+    if isinstance(dataset, TensorDataset):
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        x, y = dataset.tensors[:2]
+        return x[idx], y[idx]
+    xs, ys = zip(*(dataset[int(i)] for i in indices))
+    return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(ys)
+
+
+def evaluate(workload: Workload, model: torch.nn.Module, test: Dataset,
+             device: torch.device, batch_size: int = 512) -> tuple[float, float]:
+    """Mean loss and metric (fraction correct) of `model` on `test`."""
+    model.eval()
+    total_loss, correct, n = 0.0, 0.0, len(test)
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            x, y = collate(test, range(start, min(start + batch_size, n)))
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            total_loss += float(workload.loss_fn(out, y)) * len(y)
+            correct += float(workload.metric(out, y))
+    model.train()
+    return total_loss / n, correct / n
+
+
+def batches(dataset: Dataset, batch_size: int, seed: int, shard: int = 0, n_shards: int = 1):
+    """An endless stream of (x, y) batches from one shard of `dataset`, reshuffled each epoch."""
+    import numpy as np
+
+    mine = np.random.default_rng(seed).permutation(len(dataset))[shard::n_shards]
+    rng = np.random.default_rng([seed, shard])
+    pos, order = len(mine), mine
+    while True:
+        idx = []
+        while len(idx) < batch_size:
+            if pos == len(order):
+                order, pos = rng.permutation(mine), 0
+            take = min(batch_size - len(idx), len(order) - pos)
+            idx.extend(order[pos:pos + take])
+            pos += take
+        yield collate(dataset, idx)
