@@ -32,7 +32,7 @@ def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float
     return plan, job
 
 
-def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.25,
+def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
         timeout_s: float = 120.0) -> RunSummary:
     from omnitune.runtime.worker import main
 

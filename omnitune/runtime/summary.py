@@ -15,7 +15,8 @@ SCHEMA_VERSION = 1
 class RunSummary:
     schema_version: int
     reached_target: bool
-    time_to_target_s: float | None
+    time_to_target_s: float | None  # training time: evaluation pauses excluded
+    wall_to_target_s: float | None  # the same, evaluation pauses included
     iterations: int
     final_accuracy: float
     target_accuracy: float
@@ -23,6 +24,7 @@ class RunSummary:
     predicted_sec_per_iter: float
     measured_sec_per_iter: float
     wall_s: float
+    eval_s: float                   # time the coordinator spent evaluating the test set
     plan: str
     protocol: str
     processes: int

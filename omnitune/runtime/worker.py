@@ -72,13 +72,19 @@ def train_worker(ctx: Context, group) -> dict | None:
     n_workers = len(plan.devices)
     for x, y in batches(ctx.train, role.batch_size, plan.seed, role.shard, n_workers):
         loss = compute_grads(ctx, x, y)
+        iterations += 1
+        if n_workers == 1 and not plan.server:      # a single replica: nothing to average
+            opt.step()
+            monitor.record_loss(loss)
+            if monitor.check(model, iterations):
+                break
+            continue
         b = float(len(y))
         get_grads(model, buf[:P]).mul_(b)
         buf[P], buf[P + 1], buf[P + 2] = loss * b, b, stop
         if len(role.group_ranks) > 1:
             dist.all_reduce(buf, group=group)
         buf[:P + 1].div_(buf[P + 1])
-        iterations += 1
         if plan.server:
             if exchange_with_server(ctx, group, buf, reply, P):
                 break

@@ -1,0 +1,197 @@
+"""The `omnitune` command: profile → plan → run. Each command loads, calls one core function, writes."""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from omnitune.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find the fastest way to train a model on your CPUs and GPUs, then run it.")
+# Wide enough for the candidates table when output is piped (rich assumes 80 columns).
+console = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _fail(e: Exception) -> None:
+    console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@app.command()
+def profile(
+    workload: str = typer.Option(..., help="models/NAME.py by NAME, or a path to a workload file"),
+    out_path: Path = typer.Option(..., "--out", help="where to write the profile JSON"),
+    cluster: Optional[Path] = typer.Option(None, help="cluster spec (YAML or JSON); default: this machine"),
+    data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
+    quick: bool = typer.Option(False, help="few repeats and small batches (seconds, for tests)"),
+    max_batch: Optional[int] = typer.Option(None, help="largest batch size to try (default 512, quick 64)"),
+):
+    """Measure each device's training throughput and the links between devices."""
+    from omnitune import profile as profile_mod, profiler
+    from omnitune.cluster import load_cluster, local_cluster
+    try:
+        settings = profiler.Settings.make(quick, max_batch)
+        spec = load_cluster(cluster) if cluster else local_cluster()
+        with console.status("profiling…") as status:
+            # Worker logs go to a temporary folder; a failure's message names it.
+            logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
+            prof = profiler.profile(spec, workload, data_dir, settings, logs,
+                                    progress=lambda m: status.update(f"profiling: {m}"))
+        profile_mod.save(prof, out_path)
+    except UserError as e:
+        _fail(e)
+    table = Table(title=f"{prof.workload}: {prof.model_params:,} parameters")
+    for col in ("device", "threads", "batch 1 (samples/s)", "best (samples/s)", "at batch", "gain"):
+        table.add_column(col, justify="right")
+    for dp in prof.devices:
+        dev, one, best = prof.cluster.device(dp.device_id), dp.steps[0], dp.best
+        table.add_row(dp.device_id, str(dev.threads) if dev.kind == "cpu" else dev.kind,
+                      f"{one.samples_per_s:,.0f}", f"{best.samples_per_s:,.0f}", str(best.batch_size),
+                      f"{best.samples_per_s / one.samples_per_s:.1f}×")
+    out.print(table)
+    if prof.network:
+        ar = max(prof.network.allreduce, key=lambda a: a.bytes)
+        out.print(f"all-reduce {ar.bytes:,} B among {ar.group_size}: {ar.seconds * 1e3:.2f} ms; "
+                  f"server update {prof.network.server_update_s * 1e3:.2f} ms")
+    out.print(f"wrote {out_path}")
+
+
+@app.command()
+def plan(
+    profile_path: Path = typer.Option(..., "--profile", help="a profile written by `omnitune profile`"),
+    workload: str = typer.Option(..., help="the workload to plan for (the profile's, normally)"),
+    target_accuracy: float = typer.Option(..., help="test accuracy to reach, in (0, 1]"),
+    out_path: Path = typer.Option(..., "--out", help="where to write the plan JSON"),
+    data_dir: Optional[str] = typer.Option(None),
+    protocol: Optional[str] = typer.Option(None, help="pin the protocol: sync or groups"),
+    groups: Optional[int] = typer.Option(None, help="pin the number of compute groups"),
+    batch_size: Optional[int] = typer.Option(None, help="pin the batch size per device"),
+    lr: Optional[float] = typer.Option(None, help="pin the learning rate"),
+    momentum: Optional[float] = typer.Option(None, help="pin the explicit momentum"),
+    seed: int = typer.Option(0),
+    probe_iters: int = typer.Option(3000, help="most iterations one probe may train"),
+    budget_s: float = typer.Option(120.0, help="most seconds to spend on probes"),
+):
+    """Predict time to target for each configuration and write the fastest as a plan."""
+    from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, workload as wl_mod
+    try:
+        space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
+        prof = profile_mod.load(profile_path)
+        largest = max(len(devices) for devices in prof.cluster.layouts.values())
+        if groups is not None and groups > largest:
+            raise UserError(f"--groups {groups}: more groups than devices ({profile_path} has at most "
+                            f"{largest} devices in a layout)")
+        wl = wl_mod.load(workload)
+        if wl_mod.resolve(prof.workload) != wl.path:
+            console.print(f"[yellow]warning:[/yellow] {profile_path} was measured with workload "
+                          f"{prof.workload!r}, not {workload!r}")
+        _seed_everything(seed)
+        prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
+        with console.status("planning…") as status:
+            scored = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
+                                      log=lambda m: status.update(f"planning: {m}"))
+        result = optimizer.build_plan(scored, prof, str(profile_path), workload, data_dir, target_accuracy,
+                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        plan_mod.save(result, out_path)
+    except ValueError as e:
+        _fail(UserError(str(e)))
+    except UserError as e:
+        _fail(e)
+    out.print(_candidates_table(result))
+    p = result.prediction
+    out.print(f"chose {result.protocol} on layout {result.layout} with {len(result.groups)} group(s), "
+              f"batch {next(iter(result.batch_size.values()))}/device, lr {result.lr}, momentum "
+              f"{result.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
+              f"{p.time_to_target_s:.2f}s = {p.iters_to_target:.0f} iterations × {p.sec_per_iter * 1e3:.2f} ms")
+    out.print(f"wrote {out_path}")
+
+
+def _space(target, protocol, groups, batch_size, lr, momentum):
+    from omnitune import optimizer
+    if not 0 < target <= 1:
+        raise UserError(f"--target-accuracy must be in (0, 1], got {target}")
+    if protocol is not None and protocol not in ("sync", "groups"):
+        raise UserError(f"--protocol must be sync or groups, got {protocol!r}")
+    for name, value in (("--groups", groups), ("--batch-size", batch_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    if lr is not None and lr <= 0:
+        raise UserError(f"--lr must be positive, got {lr}")
+    if momentum is not None and not -1 < momentum < 1:
+        raise UserError(f"--momentum must be in (-1, 1), got {momentum}")
+    protocols = (protocol,) if protocol else (("sync",) if groups == 1 else ("groups",) if groups else
+                                              ("sync", "groups"))
+    return optimizer.Space(
+        protocols=protocols, groups=(groups,) if groups else None,
+        batch_sizes=(batch_size,) if batch_size else optimizer.DEFAULT_BATCHES,
+        lrs=(lr,) if lr else optimizer.DEFAULT_LRS, momentum=momentum)
+
+
+def _candidates_table(result, rows: int = 12) -> Table:
+    table = Table(title=f"candidates (best {min(rows, len(result.candidates))} of {len(result.candidates)})")
+    for col in ("layout", "protocol", "g", "batch", "lr", "mom.", "impl.", "ms/iter", "iters", "time (s)", "probe"):
+        table.add_column(col, justify="right")
+    for c in result.candidates[:rows]:
+        table.add_row(c.layout, c.protocol, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
+                      f"{c.implicit_momentum:.2f}", f"{c.sec_per_iter * 1e3:.2f}",
+                      "-" if c.iters_to_target is None else f"{c.iters_to_target:.0f}",
+                      "-" if c.time_to_target_s is None else f"{c.time_to_target_s:.2f}", c.note)
+    return table
+
+
+@app.command()
+def run(
+    plan_path: Path = typer.Argument(..., help="a plan written by `omnitune plan`"),
+    out_dir: Path = typer.Option(..., help="run directory for metrics, checkpoint and summary"),
+    max_time_s: float = typer.Option(300.0, help="stop training after this many seconds"),
+    eval_every_s: float = typer.Option(0.02, help="seconds between test-set evaluations (at least; and at least 10× one evaluation)"),
+    timeout_s: float = typer.Option(120.0, help="a peer silent this long ends the job"),
+):
+    """Run the plan as a real distributed job and report measured against predicted time."""
+    from omnitune.runtime import job
+    try:
+        with console.status(f"running {plan_path}…"):
+            summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s)
+    except UserError as e:
+        _fail(e)
+    table = Table(title=f"run {out_dir}")
+    table.add_column("")
+    table.add_column("predicted", justify="right")
+    table.add_column("measured", justify="right")
+    fmt = lambda x, unit="s": "-" if x is None else f"{x:.2f}{unit}"
+    table.add_row("time to target", fmt(summary.predicted_time_to_target_s), fmt(summary.time_to_target_s))
+    table.add_row("ms / iteration", fmt(summary.predicted_sec_per_iter * 1e3, ""),
+                  fmt(summary.measured_sec_per_iter * 1e3, ""))
+    out.print(table)
+    verdict = "reached" if summary.reached_target else "did not reach"
+    out.print(f"{verdict} {summary.target_accuracy} (final accuracy {summary.final_accuracy:.4f}) in "
+              f"{summary.iterations} iterations with {summary.processes} processes; updates per group "
+              f"{list(summary.updates_per_group)}; results in {out_dir}")
+    if not summary.reached_target:
+        raise typer.Exit(1)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Hardware efficiency: predicted seconds per iteration of a configuration, from a profile.
+
+Notation (all times in seconds, sizes in bytes):
+    b          batch size of one device
+    t_d(b)     one training step of device d at batch b, interpolated log-log between the
+               profiled batch sizes and extrapolated linearly beyond them
+    A_k(m)     all-reduce of m bytes among k processes:  A_k(m) = a_k + c_k * m   (fitted)
+    R(m)       point-to-point round trip of m bytes:      R(m)   = r_0 + r_1 * m   (fitted)
+    u          the server applying one update to the model (profiled)
+    M          model size in bytes
+A group of k devices takes T = max_d t_d(b_d) + A_k(M) per minibatch. With a parameter server,
+the leader's exchange adds R(M) and the group's broadcast of new weights another A_k(M); g groups
+share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s:
+    sec_per_iter = max(T / g, s)       (a queueing bound, not a sum)
+Pure: no processes, files or environment reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from omnitune.profile import DeviceProfile, Network, Profile
+
+
+@dataclass(frozen=True)
+class Linear:
+    """y = intercept + slope * x, fitted by least squares with both terms kept non-negative."""
+    intercept: float
+    slope: float
+
+    @classmethod
+    def fit(cls, x, y) -> "Linear":
+        from scipy.optimize import nnls
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        # Relative error: weight each point by 1/y so small messages count as much as large.
+        design = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+        (a, c), _ = nnls(design, np.ones_like(y))
+        return cls(float(a), float(c))
+
+    def __call__(self, x):
+        return self.intercept + self.slope * np.asarray(x, float)
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """t_d(b) for one device: log-log interpolation of its profiled steps."""
+    batches: np.ndarray
+    seconds: np.ndarray
+
+    @classmethod
+    def from_profile(cls, dp: DeviceProfile) -> "ComputeModel":
+        steps = sorted(dp.steps, key=lambda s: s.batch_size)
+        return cls(np.array([s.batch_size for s in steps], float), np.array([s.sec_per_step for s in steps]))
+
+    def __call__(self, b) -> np.ndarray:
+        b = np.asarray(b, float)
+        inside = np.exp(np.interp(np.log(b), np.log(self.batches), np.log(self.seconds)))
+        if len(self.batches) < 2:
+            return inside * np.maximum(b / self.batches[-1], 1.0)
+        # Beyond the largest profiled batch, time grows linearly at the last measured rate.
+        rate = (self.seconds[-1] - self.seconds[-2]) / (self.batches[-1] - self.batches[-2])
+        beyond = self.seconds[-1] + max(rate, 0.0) * (b - self.batches[-1])
+        return np.where(b > self.batches[-1], beyond, inside)
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    allreduce: dict[int, Linear]    # A_k for each profiled group size k
+    round_trip: Linear              # R
+    server_update_s: float          # u
+
+    @classmethod
+    def from_profile(cls, net: Network | None) -> "NetworkModel":
+        if net is None:                       # one device: nothing to communicate with
+            return cls({}, Linear(0.0, 0.0), 0.0)
+        sizes = sorted({a.group_size for a in net.allreduce})
+        allreduce = {k: Linear.fit([a.bytes for a in net.allreduce if a.group_size == k],
+                                   [a.seconds for a in net.allreduce if a.group_size == k]) for k in sizes}
+        rt = Linear.fit([p.bytes for p in net.p2p], [p.round_trip_s for p in net.p2p])
+        return cls(allreduce, rt, net.server_update_s)
+
+    def allreduce_s(self, k: int, nbytes: float) -> float:
+        if k <= 1:
+            return 0.0
+        if k in self.allreduce:
+            return float(self.allreduce[k](nbytes))
+        if not self.allreduce:
+            raise ValueError("the profile has no all-reduce measurements")
+        # Unprofiled group size: ring all-reduce moves 2(k-1)/k of the data per process.
+        k0 = max(self.allreduce)
+        fit = self.allreduce[k0]
+        scale = (2 * (k - 1) / k) / (2 * (k0 - 1) / k0)
+        return float(fit.intercept * (k - 1) / (k0 - 1) + fit.slope * scale * nbytes)
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    compute: dict[str, ComputeModel]
+    network: NetworkModel
+    model_bytes: int
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> "PerfModel":
+        return cls({d.device_id: ComputeModel.from_profile(d) for d in profile.devices},
+                   NetworkModel.from_profile(profile.network), profile.model_bytes)
+
+    def group_step_s(self, devices: list[str], batch: dict[str, int], server: bool) -> float:
+        """T: one minibatch of one compute group, including its communication."""
+        k = len(devices)
+        t = max(float(self.compute[d](batch[d])) for d in devices)
+        t += self.network.allreduce_s(k, self.model_bytes)
+        if server:
+            t += self.network.round_trip(self.model_bytes) + self.network.allreduce_s(k, self.model_bytes)
+        return float(t)
+
+    def server_service_s(self) -> float:
+        """s: the server's time per update, during which other groups wait."""
+        return float(self.network.server_update_s + self.network.round_trip(self.model_bytes))
+
+    def sec_per_iter(self, groups: list[list[str]], batch: dict[str, int], server: bool) -> float:
+        """Seconds per model update for `groups` (one group = synchronous)."""
+        step = [self.group_step_s(g, batch, server) for g in groups]
+        if not server:
+            return step[0]
+        # Each group updates once per its own step; together at sum(1/T_i) updates/s,
+        # unless the server is the bottleneck at 1/s.
+        rate = min(sum(1.0 / t for t in step), 1.0 / self.server_service_s())
+        return 1.0 / rate

@@ -1,0 +1,47 @@
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
+
+# Keep worker processes from oversubscribing the test machine's cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from omnitune import workload
+    wl = workload.load("lenet-digits")
+    train, test = wl.build_datasets(None, 0)
+    return wl, train, test
+
+
+@pytest.fixture(scope="session")
+def sample_profile():
+    from omnitune import profile
+    return profile.load(DATA / "profile-v1.json")
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def make_plan(path: Path, protocol: str, groups, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
+              target: float = 0.9, workload: str = "lenet-digits") -> Path:
+    """A plan for CPU workers cpu0, cpu1, … split into `groups` (lists of device ids)."""
+    from dataclasses import replace
+
+    from omnitune import plan as plan_mod
+    from omnitune.cluster import Device
+
+    base = plan_mod.load(DATA / "plan-v1.json")
+    ids = [d for g in groups for d in g]
+    p = replace(base, protocol=protocol, layout="one-per-core", groups=tuple(tuple(g) for g in groups),
+                devices=tuple(Device(i, "cpu") for i in ids), batch_size={i: batch for i in ids},
+                lr=lr, momentum=momentum, target_accuracy=target, workload=workload,
+                implicit_momentum=1 - 1 / len(groups))
+    plan_mod.save(p, path)
+    return path

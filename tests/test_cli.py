@@ -1,0 +1,106 @@
+"""The command line: bad input gives one line and exit 2; the whole path runs."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from omnitune.cli import app
+from omnitune.runtime.summary import RunSummary, save as save_summary
+from tests.conftest import DATA, make_plan
+
+runner = CliRunner()
+
+
+def fails_cleanly(args, needle):
+    result = runner.invoke(app, args)
+    text = result.output
+    assert result.exit_code == 2, text
+    assert "Traceback" not in text and needle in text, text
+    assert len([ln for ln in text.splitlines() if ln.strip()]) <= 2     # one message (may wrap once)
+
+
+@pytest.fixture
+def bad_profile(tmp_path):
+    data = json.loads((DATA / "profile-v1.json").read_text())
+    data["surprise"] = 1
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    return tmp_path / "p.json"
+
+
+PLAN = ["plan", "--workload", "lenet-digits", "--out", "/tmp/never-written.json"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--profile", "missing.json", "--target-accuracy", "0.9"], "missing.json: file not found"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "-1"], "--target-accuracy"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--groups", "9"], "--groups 9"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--batch-size", "0"],
+     "--batch-size must be at least 1"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--protocol", "x"], "--protocol"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--lr", "-0.1"], "--lr"),
+])
+def test_plan_bad_input(extra, needle):
+    fails_cleanly(PLAN + extra, needle)
+
+
+def test_plan_unknown_key_and_workload(bad_profile):
+    fails_cleanly(PLAN + ["--profile", str(bad_profile), "--target-accuracy", "0.9"], "unknown key 'surprise'")
+    fails_cleanly(["plan", "--workload", "nope", "--out", "x.json", "--profile", str(DATA / "profile-v1.json"),
+                   "--target-accuracy", "0.9"], "unknown workload 'nope'")
+
+
+def test_run_bad_input(tmp_path):
+    (tmp_path / "plan.json").write_text("{")
+    fails_cleanly(["run", str(tmp_path / "plan.json"), "--out-dir", str(tmp_path / "r")], "not valid JSON")
+    fails_cleanly(["run", str(DATA / "plan-v1.json"), "--out-dir", str(tmp_path / "r"), "--max-time-s", "0"],
+                  "--max-time-s")
+
+
+def test_profile_bad_input(tmp_path):
+    fails_cleanly(["profile", "--workload", "nope", "--out", str(tmp_path / "p.json")], "unknown workload")
+    (tmp_path / "c.yaml").write_text("nodes: []\n")
+    fails_cleanly(["profile", "--workload", "lenet-digits", "--cluster", str(tmp_path / "c.yaml"),
+                   "--out", str(tmp_path / "p.json")], "at least one node")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_run_asks_the_launcher_for_every_process(tmp_path, monkeypatch):
+    """The launcher replaced at its seam: `run` asks for one process per device plus the server."""
+    calls = []
+
+    def fake_launch(entrypoint, args, nprocs, log_dir, **kw):
+        calls.append((entrypoint.__name__, nprocs, kw))
+        job = args[0]
+        summary = RunSummary(
+            schema_version=1, reached_target=True, time_to_target_s=1.0, wall_to_target_s=1.1, iterations=10,
+            final_accuracy=0.95, target_accuracy=0.9, predicted_time_to_target_s=1.0, predicted_sec_per_iter=0.01,
+            measured_sec_per_iter=0.01, wall_s=1.2, eval_s=0.1, plan=job.plan_path, protocol="groups",
+            processes=nprocs, updates_per_group=(5, 5, 0), mean_staleness=1.0, evaluations=3)
+        save_summary(summary, f"{job.run_dir}/summary.json")
+        return {0: None}
+
+    monkeypatch.setattr("omnitune.runtime.launch.launch", fake_launch)
+    plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"], ["cpu2"]])
+    result = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert calls == [("main", 4, {"rendezvous": "127.0.0.1:0"})]
+    assert "reached 0.9" in result.output
+
+
+@pytest.mark.slow
+def test_whole_path_profile_plan_run(tmp_path):
+    prof, plan, run_dir = tmp_path / "p.json", tmp_path / "plan.json", tmp_path / "run"
+    r = runner.invoke(app, ["profile", "--workload", "lenet-digits", "--quick", "--out", str(prof)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(prof.read_text())
+    assert all(len(d["steps"]) >= 4 for d in data["devices"])
+    assert data["network"] is None or data["network"]["allreduce"]
+    r = runner.invoke(app, ["plan", "--profile", str(prof), "--workload", "lenet-digits", "--target-accuracy",
+                            "0.9", "--lr", "0.05", "--out", str(plan), "--budget-s", "30"])
+    assert r.exit_code == 0, r.output
+    assert "time (s)" in r.output and json.loads(plan.read_text())["candidates"]
+    r = runner.invoke(app, ["run", str(plan), "--out-dir", str(run_dir), "--max-time-s", "60"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reached_target"] and summary["predicted_time_to_target_s"] > 0

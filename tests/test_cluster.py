@@ -1,0 +1,50 @@
+import pytest
+
+from omnitune.cluster import load_cluster, local_cluster
+from omnitune.errors import UserError
+
+
+def test_local_cluster_offers_both_layouts():
+    c = local_cluster(cpu_count=4, cuda_count=1)
+    assert c.layouts["one-per-core"] == ("cpu0", "cpu1", "cpu2", "cpu3", "cuda0")
+    assert c.layouts["one-worker"] == ("cpu-all", "cuda0")
+    assert c.device("cpu-all").threads == 4
+    assert c.device("cuda0").kind == "cuda" and c.device("cuda0").cuda_index == 0
+    assert set(c.hosts) == {"127.0.0.1"}
+
+
+def test_single_core_machine_has_one_layout():
+    assert list(local_cluster(cpu_count=1, cuda_count=0).layouts) == ["one-per-core"]
+
+
+def test_yaml_spec(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [1, 2]\n    gpus: [0]\n")
+    c = load_cluster(spec)
+    assert [d.id for d in c.devices] == ["cpu0", "cpu1", "cuda0"]
+    assert c.device("cpu1").threads == 2
+    assert c.rendezvous == "127.0.0.1:0" and c.server_host == "127.0.0.1"
+
+
+def test_json_spec_with_two_nodes(tmp_path):
+    spec = tmp_path / "c.json"
+    spec.write_text('{"schema_version": 1, "nodes": [{"host": "10.0.0.1", "cpu_workers": [1]},'
+                    ' {"host": "10.0.0.2", "cpu_workers": [1]}], "rendezvous": "10.0.0.1:29400"}')
+    c = load_cluster(spec)
+    assert [d.id for d in c.devices] == ["n0-cpu0", "n1-cpu0"]
+    assert c.hosts == ("10.0.0.1", "10.0.0.2")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("nodes: []", "at least one node"),
+    ("nodes:\n  - cpu_workers: [0]", "threads must be at least 1"),
+    ("nodes:\n  - cpu_workers: []", "no cpu_workers or gpus"),
+    ("nodes:\n  - cpus: 3", "unknown key 'cpus'"),
+    ("nodes: [", "not valid YAML"),
+    ("- 1", "expected a mapping"),
+])
+def test_bad_specs(tmp_path, text, needle):
+    spec = tmp_path / "c.yaml"
+    spec.write_text(text)
+    with pytest.raises(UserError, match=needle):
+        load_cluster(spec)

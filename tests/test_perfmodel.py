@@ -1,0 +1,81 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel
+from omnitune.profile import AllReduceTiming, Network, P2PTiming
+
+
+def test_linear_fit_recovers_ground_truth():
+    x = np.array([4e3, 4e4, 1.6e5, 6.4e5])
+    truth = Linear(2e-4, 3e-9)
+    fit = Linear.fit(x, truth(x) * (1 + np.array([0.01, -0.01, 0.02, -0.02])))
+    assert fit.intercept == pytest.approx(truth.intercept, rel=0.1)
+    assert fit.slope == pytest.approx(truth.slope, rel=0.1)
+
+
+def test_compute_model_passes_through_measurements_and_grows():
+    b = np.array([1, 2, 4, 8, 16, 32])
+    t = 1e-3 + 1e-4 * b
+    m = ComputeModel(b.astype(float), t)
+    assert np.allclose(m(b), t)
+    grid = np.arange(1, 200)
+    pred = m(grid)
+    assert (pred > 0).all() and (np.diff(pred) >= 0).all()        # never negative, never faster
+    assert (grid / pred)[-1] >= (grid / pred)[0]                    # batching raises throughput
+    assert pred[-1] == pytest.approx(t[-1] + 1e-4 * (199 - 32))    # linear beyond the profile
+
+
+def net(server_update_s=1e-4):
+    ar = tuple(AllReduceTiming(2, m, 1e-4 + 2e-9 * m) for m in (4096, 40000, 160000))
+    p2p = tuple(P2PTiming(m, 5e-5 + 1e-9 * m) for m in (4096, 40000, 160000))
+    return Network("loopback-gloo", ar, p2p, server_update_s)
+
+
+def perf(server_update_s=1e-4, n=8):
+    b = np.array([1.0, 8, 64])
+    compute = {f"d{i}": ComputeModel(b, 1e-3 + 1e-4 * b) for i in range(n)}
+    return PerfModel(compute, NetworkModel.from_profile(net(server_update_s)), model_bytes=40000)
+
+
+def test_allreduce_extrapolates_to_larger_groups_sublinearly():
+    nm = NetworkModel.from_profile(net())
+    t = [nm.allreduce_s(k, 40000) for k in (1, 2, 4, 8)]
+    assert t[0] == 0 and t[1] < t[2] < t[3]
+    assert t[3] / t[1] < 8                                           # not linear in group size
+
+
+def test_sync_pays_allreduce_and_more_devices_never_speed_up_one_step():
+    m = perf()
+    batch = {f"d{i}": 8 for i in range(8)}
+    one = m.sec_per_iter([["d0"]], batch, server=False)
+    two = m.sec_per_iter([["d0", "d1"]], batch, server=False)
+    assert two > one
+    # ...but throughput (samples per second) is sublinear yet higher with two.
+    assert one * 2 > two
+
+
+def test_groups_scale_until_the_server_saturates():
+    m = perf(server_update_s=2e-3)
+    batch = {f"d{i}": 8 for i in range(8)}
+    rates = [1 / m.sec_per_iter([[f"d{i}"] for i in range(g)], batch, server=True) for g in (1, 2, 4, 8)]
+    assert all(a <= b + 1e-12 for a, b in zip(rates, rates[1:]))     # more groups never slower
+    assert rates[-1] <= 1 / m.server_service_s() + 1e-9             # the queueing bound holds
+    assert rates[-1] == pytest.approx(1 / m.server_service_s())     # and binds at 8 groups
+
+
+def test_single_device_profile_has_no_network(sample_profile):
+    m = PerfModel.from_profile(sample_profile)
+    d = sample_profile.devices[0].device_id
+    assert m.sec_per_iter([[d]], {d: 16}, server=False) > 0
+    assert NetworkModel.from_profile(None).allreduce_s(1, 1e6) == 0
+
+
+def test_pure_modules_do_not_import_torch():
+    # `import torch` brings torch.distributed with it, so the pure core must not import torch.
+    code = ("import sys; import omnitune.perfmodel, omnitune.statmodel, omnitune.optimizer; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

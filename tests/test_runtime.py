@@ -1,0 +1,58 @@
+"""Real runs: torch.distributed processes over gloo on this machine."""
+
+import json
+
+import pytest
+import torch
+
+from omnitune.runtime import job
+from tests.conftest import make_plan
+
+pytestmark = pytest.mark.slow
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_run_dir(run_dir, summary):
+    metrics = read_metrics(run_dir)
+    assert metrics and metrics[-1]["test_accuracy"] == pytest.approx(summary.final_accuracy)
+    assert all(a["iteration"] <= b["iteration"] for a, b in zip(metrics, metrics[1:]))
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert state["iteration"] == summary.iterations
+    assert json.loads((run_dir / "summary.json").read_text())["reached_target"] is True
+
+
+def test_sync_run_reaches_target(tmp_path):
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], target=0.9)
+    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
+    assert s.reached_target and s.final_accuracy >= 0.9
+    assert s.processes == 2 and s.updates_per_group == (s.iterations,)
+    assert s.mean_staleness == 0 and 0 < s.time_to_target_s <= s.wall_s
+    check_run_dir(tmp_path / "run", s)
+
+
+def test_groups_run_reaches_target_with_both_groups(tmp_path):
+    plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], momentum=0.4, target=0.9)
+    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
+    assert s.reached_target and s.processes == 3
+    assert len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
+    assert sum(s.updates_per_group) == s.iterations
+    # Two groups at one server: each gradient is about one update old (g - 1).
+    assert 0.3 < s.mean_staleness < 3
+    check_run_dir(tmp_path / "run", s)
+
+
+def test_run_stops_at_max_time(tmp_path):
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=1e-5, target=0.99)
+    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=1.0)
+    assert not s.reached_target and s.time_to_target_s is None
+    assert 1.0 <= s.wall_s < 10
+
+
+def test_groups_of_two_all_reduce_inside_and_share_the_server(tmp_path):
+    groups = [["cpu0", "cpu1"], ["cpu2", "cpu3"]]
+    plan = make_plan(tmp_path / "plan.json", "groups", groups, batch=16, momentum=0.4, target=0.85)
+    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=90)
+    assert s.reached_target and s.processes == 5 and min(s.updates_per_group) > 0

@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+import torch
+
+from omnitune import workload
+from omnitune.errors import UserError
+
+
+def test_names_with_dashes_or_underscores():
+    assert workload.resolve("lenet-digits") == workload.resolve("lenet_digits")
+    assert workload.resolve("lenet-digits").name == "lenet_digits.py"
+
+
+def test_unknown_workload_lists_known():
+    with pytest.raises(UserError, match="unknown workload 'nope'.*lenet-digits"):
+        workload.resolve("nope")
+
+
+def test_user_file(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text("import torch\nfrom torch.utils.data import TensorDataset\n"
+                 "def build_model():\n    return torch.nn.Linear(3, 2)\n"
+                 "def build_datasets(data_dir, seed):\n"
+                 "    x = torch.randn(20, 3); y = (x[:, 0] > 0).long()\n"
+                 "    return TensorDataset(x, y), TensorDataset(x, y)\n")
+    wl = workload.load(str(f))
+    train, test = wl.build_datasets(None, 0)
+    model = wl.build_model()
+    loss, acc = workload.evaluate(wl, model, test, torch.device("cpu"))
+    assert loss > 0 and 0 <= acc <= 1
+
+
+def test_contract_is_checked(tmp_path):
+    f = tmp_path / "bad.py"
+    f.write_text("def build_model():\n    pass\n")
+    with pytest.raises(UserError, match="must define build_datasets"):
+        workload.load(str(f))
+    f.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(UserError, match="failed to import.*boom"):
+        workload.load(str(f))
+
+
+def test_digits_split_and_model(digits):
+    wl, train, test = digits
+    assert len(train) + len(test) == 1797 and len(test) == 360
+    x, y = wl.sample_batch(train, 5)
+    assert wl.build_model()(x).shape == (5, 10)
+
+
+def test_mnist1d_is_generated_locally():
+    wl = workload.load("cnn1d-mnist1d")
+    state = np.random.get_state()[1].copy()
+    train, test = wl.build_datasets(None, 0)
+    assert (np.random.get_state()[1] == state).all()          # the global RNG is left alone
+    assert (len(train), len(test)) == (4000, 1000)
+    x, _ = train[:4]
+    assert wl.build_model()(x).shape == (4, 10)
+
+
+def test_cifar_without_data_says_how_to_get_it(tmp_path):
+    wl = workload.load("resnet-cifar10")
+    with pytest.raises(UserError, match="--data-dir"):
+        wl.build_datasets(None, 0)
+    with pytest.raises(UserError, match="cifar-10-batches-py"):
+        wl.build_datasets(str(tmp_path), 0)
+    assert wl.build_model()(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_shards_are_disjoint_and_cover():
+    n = 100
+    indexed = torch.utils.data.TensorDataset(torch.arange(n), torch.zeros(n, dtype=torch.long))
+    shards = []
+    for shard in range(3):
+        size = len(range(shard, n, 3))
+        x, _ = next(workload.batches(indexed, size, seed=1, shard=shard, n_shards=3))
+        shards.append(set(x.tolist()))
+        assert len(shards[-1]) == size               # one epoch visits each sample once
+    assert set.union(*shards) == set(range(n))
+    assert sum(len(s) for s in shards) == n
+
+
+def test_batches_are_reproducible(digits):
+    _, train, _ = digits
+    a = next(workload.batches(train, 8, seed=3))[1]
+    b = next(workload.batches(train, 8, seed=3))[1]
+    c = next(workload.batches(train, 8, seed=4))[1]
+    assert torch.equal(a, b) and not torch.equal(a, c)
