@@ -136,8 +136,9 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
             continue
         r = prober(pc, cap)
         results[pc] = r
-        if r.iters_to_target is not None and r.iters_to_target > cap:
-            results[pc] = replace(r, iters_to_target=None, note=f"cannot beat {best:.2f}s")
+        capped = cap < max_probe_iters and not r.reached and r.note != "diverged"
+        if capped and (r.iters_to_target is None or r.iters_to_target > cap):
+            results[pc] = replace(r, iters_to_target=None, note=f"cannot beat {best:.2f}s in {cap} iterations")
         if results[pc].iters_to_target is not None:
             best = min(best, results[pc].iters_to_target * fastest)
         log(f"probe b={pc.batch} lr={pc.lr} mu={pc.momentum} g={pc.groups}: {results[pc].note}"

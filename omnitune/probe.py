@@ -68,7 +68,7 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
         note = "reached"
     elif note != "diverged" and curve:
         estimate = statmodel.extrapolate_iters(iters, acc, target)
-        note = "extrapolated" if estimate is not None else f"flat after {int(iters[-1])} iterations"
+        note = "extrapolated" if estimate is not None else f"not reached in {int(iters[-1])} iterations"
     return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note)
 
 

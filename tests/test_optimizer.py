@@ -52,9 +52,9 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
 
 def test_no_reachable_target_is_a_clear_error(sample_profile):
     def never(cfg, max_iters):
-        return ProbeResult(cfg, None, False, ((max_iters, 0.1),), 0.0, 0.0, "flat after 10 iterations")
+        return ProbeResult(cfg, None, False, ((max_iters, 0.1),), 0.0, 0.0, "not reached in 10 iterations")
     scored = optimizer.search(sample_profile, optimizer.Space(lrs=(0.05,), batch_sizes=(16,)), never)
-    with pytest.raises(UserError, match="no probe reached it.*flat after 10 iterations"):
+    with pytest.raises(UserError, match="no probe reached it.*not reached in 10 iterations"):
         optimizer.build_plan(scored, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
 
 

@@ -1,0 +1,35 @@
+"""Shared by the benchmarks: writing results and printing them as a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from omnitune.files import atomic_write_json
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def write_results(name: str, data: dict) -> Path:
+    path = RESULTS / f"{name}.json"
+    atomic_write_json(path, data)
+    return path
+
+
+def print_rows(title: str, rows: list[dict], columns: list[str]) -> None:
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(c)) for c in columns))
+    Console(width=200).print(table)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
