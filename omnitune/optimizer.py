@@ -103,7 +103,7 @@ def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
     """Predicted seconds per iteration of every configuration."""
     return np.array([perf.sec_per_iter([list(g) for g in c.groups],
                                        {d: c.batch for g in c.groups for d in g},
-                                       server=c.protocol != "sync") for c in configs])
+                                       server=c.protocol != "sync", layout=c.layout) for c in configs])
 
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 3000,

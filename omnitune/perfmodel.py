@@ -12,12 +12,16 @@ A group of k devices takes T = max_d t_d(b_d) + A_k(M) per minibatch. With a par
 the leader's exchange adds R(M) and the group's broadcast of new weights another A_k(M); g groups
 share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s:
     sec_per_iter = max(T / g, s)       (a queueing bound, not a sum)
-Pure: no processes, files or environment reads.
+That analytic model misses what only a real job shows: stragglers waiting at the all-reduce,
+wake-up latency, processes sharing cores with the server. The profile therefore also times short
+real jobs of the runtime (calibration) for each layout, protocol and g at a few batch sizes, and
+    sec_per_iter_calibrated(b) = a + c * sec_per_iter(b)      (a, c >= 0, fitted per layout/protocol/g)
+where such measurements exist. Pure: no processes, files or environment reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -95,16 +99,37 @@ class NetworkModel:
         return float(fit.intercept * (k - 1) / (k0 - 1) + fit.slope * scale * nbytes)
 
 
+CalibrationKey = tuple[str, str, int]     # (layout, protocol, g)
+
+
 @dataclass(frozen=True)
 class PerfModel:
     compute: dict[str, ComputeModel]
     network: NetworkModel
     model_bytes: int
+    calibration: dict[CalibrationKey, Linear] = field(default_factory=dict)
 
     @classmethod
     def from_profile(cls, profile: Profile) -> "PerfModel":
-        return cls({d.device_id: ComputeModel.from_profile(d) for d in profile.devices},
-                   NetworkModel.from_profile(profile.network), profile.model_bytes)
+        analytic = cls({d.device_id: ComputeModel.from_profile(d) for d in profile.devices},
+                       NetworkModel.from_profile(profile.network), profile.model_bytes)
+        return replace(analytic, calibration=analytic.fit_calibration(profile))
+
+    def fit_calibration(self, profile: Profile) -> dict[CalibrationKey, Linear]:
+        """(a, c) per layout/protocol/g from the profile's real jobs: measured = a + c * analytic."""
+        points: dict[CalibrationKey, list[tuple[float, float]]] = {}
+        for cal in profile.calibration:
+            ids = profile.cluster.layouts[cal.layout]
+            k = len(ids) // cal.groups
+            groups = [list(ids[i * k:(i + 1) * k]) for i in range(cal.groups)]
+            analytic = self.sec_per_iter(groups, {d: cal.batch_size for d in ids}, cal.protocol != "sync")
+            points.setdefault((cal.layout, cal.protocol, cal.groups), []).append((analytic, cal.sec_per_iter))
+        fits = {}
+        for key, pts in points.items():
+            x, y = zip(*pts)
+            # One point fixes only a ratio; two or more fix overhead and slope.
+            fits[key] = Linear.fit(x, y) if len(pts) > 1 else Linear(0.0, y[0] / x[0])
+        return fits
 
     def group_step_s(self, devices: list[str], batch: dict[str, int], server: bool) -> float:
         """T: one minibatch of one compute group, including its communication."""
@@ -119,12 +144,18 @@ class PerfModel:
         """s: the server's time per update, during which other groups wait."""
         return float(self.network.server_update_s + self.network.round_trip(self.model_bytes))
 
-    def sec_per_iter(self, groups: list[list[str]], batch: dict[str, int], server: bool) -> float:
-        """Seconds per model update for `groups` (one group = synchronous)."""
+    def sec_per_iter(self, groups: list[list[str]], batch: dict[str, int], server: bool,
+                     layout: str | None = None) -> float:
+        """Seconds per model update for `groups` (one group = synchronous).
+
+        With `layout` named and a calibration for it, the calibrated value; else the analytic one.
+        """
         step = [self.group_step_s(g, batch, server) for g in groups]
         if not server:
-            return step[0]
-        # Each group updates once per its own step; together at sum(1/T_i) updates/s,
-        # unless the server is the bottleneck at 1/s.
-        rate = min(sum(1.0 / t for t in step), 1.0 / self.server_service_s())
-        return 1.0 / rate
+            analytic = step[0]
+        else:
+            # Each group updates once per its own step; together at sum(1/T_i) updates/s,
+            # unless the server is the bottleneck at 1/s.
+            analytic = 1.0 / min(sum(1.0 / t for t in step), 1.0 / self.server_service_s())
+        fit = self.calibration.get((layout, "groups" if server else "sync", len(groups)))
+        return float(fit(analytic)) if fit is not None else analytic

@@ -62,6 +62,16 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A real job of the runtime (omnitune run's code) timed for a short while."""
+    layout: str
+    protocol: str
+    groups: int
+    batch_size: int           # per device
+    sec_per_iter: float       # measured: training time / model updates
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str
     cpu_count: int
@@ -83,6 +93,7 @@ class Profile:
     host: HostFacts
     measured_at: str
     quick: bool
+    calibration: tuple[Calibration, ...] = ()
 
     def __post_init__(self):
         measured = {d.device_id for d in self.devices}

@@ -23,6 +23,7 @@ import torch
 from omnitune import workload as workload_mod
 from omnitune.cluster import Cluster, Device
 from omnitune.errors import UserError
+from omnitune.plan import Plan
 from omnitune.profile import (AllReduceTiming, DeviceProfile, HostFacts, Network, P2PTiming,
                               Profile, StepTiming)
 
@@ -30,15 +31,19 @@ from omnitune.profile import (AllReduceTiming, DeviceProfile, HostFacts, Network
 @dataclass(frozen=True)
 class Settings:
     """How hard to measure. `quick` trades precision for a run of a few seconds (tests)."""
+    # A Settings travels to the profile's worker processes, so it stays a plain frozen value.
     max_batch: int = 512
     max_step_s: float = 0.5     # stop growing the batch once one step takes longer
     repeats: int = 7
     warmup: int = 2
     link_repeats: int = 20
+    calibrate_s: float = 0.6                 # each calibration job runs this long
+    calibrate_batches: tuple[int, ...] = (8, 32, 128)
 
     @classmethod
     def make(cls, quick: bool, max_batch: int | None = None) -> "Settings":
-        s = cls(max_batch=64, max_step_s=0.1, repeats=3, warmup=1, link_repeats=5) if quick else cls()
+        s = cls(max_batch=64, max_step_s=0.1, repeats=3, warmup=1, link_repeats=5, calibrate_s=0.2,
+                calibrate_batches=(8, 32)) if quick else cls()
         if max_batch is not None:
             if max_batch < 1:
                 raise UserError(f"--max-batch must be at least 1, got {max_batch}")
@@ -142,14 +147,20 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     biggest = max(cluster.layouts, key=lambda k: len(cluster.layouts[k]))
     concurrent_ids = cluster.layouts[biggest]
     devices: dict[str, DeviceProfile] = {}
-    network = None
+    network, calibration = None, []
     if len(concurrent_ids) > 1:
         progress(f"{len(concurrent_ids)} workers of layout {biggest!r} at once, then their links")
-        job = ProfileJob(workload_spec, data_dir, tuple(cluster.device(i) for i in concurrent_ids), settings)
-        results = launch_mod.launch(worker_main, (job,), len(concurrent_ids), log_dir)
-        for r in sorted(results.values(), key=lambda r: r["rank"]):
-            devices[r["device_id"]] = device_profile(r["device_id"], r["steps"], concurrent=True)
-            network = r.get("network") or network
+        plans = calibration_plans(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches)
+        job = ProfileJob(workload_spec, data_dir, tuple(cluster.device(i) for i in concurrent_ids), settings, plans)
+        # One process per device, plus rank 0 playing the parameter server.
+        results = launch_mod.launch(worker_main, (job,), len(concurrent_ids) + 1, log_dir)
+        by_rank = {r["rank"]: r for r in results.values()}
+        for r in by_rank.values():
+            if "device_id" in r:
+                devices[r["device_id"]] = device_profile(r["device_id"], r["steps"], concurrent=True)
+        network = Network(link_kind="loopback-gloo", allreduce=tuple(by_rank[1]["allreduce"]),
+                          p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
+        calibration = by_rank[0]["calibration"]
     for device in cluster.devices:
         if device.id not in devices:
             progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
@@ -160,8 +171,27 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         cluster=cluster, devices=tuple(devices[d.id] for d in cluster.devices), network=network,
         host=host_facts(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        quick=settings.repeats < Settings().repeats,
+        quick=settings.repeats < Settings().repeats, calibration=tuple(calibration),
     )
+
+
+def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_dir: str | None,
+                      batches: tuple[int, ...]) -> tuple[Plan, ...]:
+    """Real jobs to time on `layout`: sync, and groups for every g that splits it evenly."""
+    from omnitune.optimizer import split
+    from omnitune.plan import Prediction
+
+    ids = cluster.layouts[layout]
+    devices = tuple(cluster.device(i) for i in ids)
+    n = len(ids)
+    shapes = [("sync", 1)] + [("groups", g) for g in range(2, n + 1) if n % g == 0]
+    return tuple(
+        Plan(schema_version=1, workload=workload_spec, data_dir=data_dir, target_accuracy=1.0, seed=0,
+             protocol=protocol, layout=layout, devices=devices, groups=split(ids, g),
+             batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, implicit_momentum=1 - 1 / g,
+             prediction=Prediction(0.0, 0.0, 0.0), candidates=(), profile="", rendezvous=cluster.rendezvous,
+             server_host=cluster.server_host, created_at="")
+        for protocol, g in shapes for b in batches)
 
 
 def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:

@@ -79,3 +79,26 @@ def test_pure_modules_do_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_calibration_pulls_predictions_to_real_jobs():
+    from omnitune import profile as profile_mod
+    from tests.conftest import DATA
+
+    prof = profile_mod.load(DATA / "profile-v1-calibrated.json")
+    m = PerfModel.from_profile(prof)
+    uncalibrated = PerfModel(m.compute, m.network, m.model_bytes)
+    for cal in prof.calibration:
+        ids = prof.cluster.layouts[cal.layout]
+        k = len(ids) // cal.groups
+        groups = [list(ids[i * k:(i + 1) * k]) for i in range(cal.groups)]
+        batch = {d: cal.batch_size for d in ids}
+        server = cal.protocol != "sync"
+        calibrated = m.sec_per_iter(groups, batch, server, layout=cal.layout)
+        analytic = uncalibrated.sec_per_iter(groups, batch, server, layout=cal.layout)
+        # Two points per fit: the fit passes through the measurements.
+        assert calibrated == pytest.approx(cal.sec_per_iter, rel=0.05)
+        assert abs(calibrated - cal.sec_per_iter) <= abs(analytic - cal.sec_per_iter) + 1e-9
+    # A layout without calibration keeps the analytic value.
+    d = prof.devices[0].device_id
+    assert m.sec_per_iter([[d]], {d: 8}, False, layout="elsewhere") == uncalibrated.sec_per_iter([[d]], {d: 8}, False)

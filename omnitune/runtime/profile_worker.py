@@ -1,14 +1,17 @@
 """One process of `omnitune profile`'s concurrent measurement.
 
-Each rank claims its device and times training steps while the others do the same (a barrier
-per batch size keeps them concurrent). Then all ranks time gloo all-reduce for every group size
-2..n, rank 0 and rank 1 time point-to-point round trips, and rank 0 times one parameter-server
-update of the model.
+The launch has one process per device of the measured layout (ranks 1..n) and one more (rank 0)
+that plays the parameter server. Phase 1: each device rank times training steps while the others
+do the same (a barrier per batch size keeps them concurrent). Phase 2: gloo all-reduce among
+device ranks for every group size 2..n, point-to-point round trips between the server rank and
+rank 1, and one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
+each protocol and number of groups, at a few batch sizes.
 """
 
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,15 +21,17 @@ import torch.distributed as dist
 
 from omnitune import env, workload as workload_mod
 from omnitune.cluster import Device
-from omnitune.profile import AllReduceTiming, Network, P2PTiming
+from omnitune.plan import Plan
+from omnitune.profile import AllReduceTiming, Calibration, P2PTiming
 
 
 @dataclass(frozen=True)
 class ProfileJob:
     workload: str
     data_dir: str | None
-    devices: tuple[Device, ...]       # one per rank
-    settings: "object"                # profiler.Settings
+    devices: tuple[Device, ...]         # device of rank 1, 2, …
+    settings: "object"                  # profiler.Settings
+    calibration_plans: tuple[Plan, ...] = ()
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -46,13 +51,14 @@ def _timed(fn, repeats: int) -> float:
 
 
 def time_allreduce(n: int, sizes: list[int], repeats: int) -> list[AllReduceTiming]:
+    """All-reduce among device ranks 1..k for k = 2..n."""
     out = []
     rank = dist.get_rank()
     for k in range(2, n + 1):
-        group = dist.new_group(list(range(k)))        # every rank creates every group, in order
+        group = dist.new_group(list(range(1, k + 1)))     # every rank creates every group, in order
         for nbytes in sizes:
             dist.barrier()
-            if rank < k:
+            if 1 <= rank <= k:
                 t = torch.zeros(nbytes // 4)
                 sec = _timed(lambda: dist.all_reduce(t, group=group), repeats)
                 out.append(AllReduceTiming(group_size=k, bytes=nbytes, seconds=sec))
@@ -60,6 +66,7 @@ def time_allreduce(n: int, sizes: list[int], repeats: int) -> list[AllReduceTimi
 
 
 def time_p2p(sizes: list[int], repeats: int) -> list[P2PTiming]:
+    """Round trips between the server rank (0) and a device rank (1), as a leader's exchange."""
     out = []
     rank = dist.get_rank()
     for nbytes in sizes:
@@ -81,7 +88,6 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
     from omnitune.runtime.flat import get_params, num_params
     from omnitune.runtime.server import apply_update, make_optimizer
 
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)                          # the server runs with one thread
     model = model.cpu()
     opt = make_optimizer(model, lr=1e-3, momentum=0.9)
@@ -90,10 +96,25 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
     def update():
         apply_update(model, opt, grad)
         get_params(model, weights)
-    try:
-        return _timed(update, repeats)
-    finally:
-        torch.set_num_threads(threads)
+    return _timed(update, repeats)
+
+
+def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
+    """Run each calibration plan as a real job for a moment; rank 0 reports seconds per update."""
+    from omnitune.runtime.context import JobArgs
+    from omnitune.runtime.worker import run_role
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
+        for plan in job.calibration_plans:
+            args = JobArgs(plan_path="(calibration)", run_dir=tmp, max_time_s=job.settings.calibrate_s,
+                           eval_every_s=1e9, timeout_s=120)
+            summary = run_role(args, plan, wl, train, test)
+            if summary is not None:
+                out.append(Calibration(layout=plan.layout, protocol=plan.protocol, groups=len(plan.groups),
+                                       batch_size=plan.batch_size[plan.devices[0].id],
+                                       sec_per_iter=summary["measured_sec_per_iter"]))
+    return out
 
 
 def main(job: ProfileJob) -> dict:
@@ -101,24 +122,33 @@ def main(job: ProfileJob) -> dict:
     from omnitune.runtime.context import torch_device
 
     rank = env.rank()
-    device = job.devices[rank]
+    device = job.devices[rank - 1] if rank > 0 else None
     torch_dev = torch_device(device)
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         wl = workload_mod.load(job.workload)
-        train, _ = wl.build_datasets(job.data_dir, 0)
+        train, test = wl.build_datasets(job.data_dir, 0)
         timer = StepTimer(wl, train, torch_dev)
-        steps = measure_steps(timer, job.settings, barrier=dist.barrier)
-        result = {"rank": rank, "device_id": device.id, "steps": steps}
+        result: dict = {"rank": rank}
+        if device is not None:
+            result.update(device_id=device.id, steps=measure_steps(timer, job.settings, barrier=dist.barrier))
+        else:
+            from omnitune.profiler import batch_sizes
+            for _ in batch_sizes(job.settings.max_batch):
+                dist.barrier()                          # the server rank idles while devices are timed
         model_bytes = sum(p.numel() * p.element_size() for p in timer.model.parameters())
         sizes = message_sizes(model_bytes)
         reps = job.settings.link_repeats
         allreduce = time_allreduce(len(job.devices), sizes, reps)
         p2p = time_p2p(sizes, reps)
+        if rank == 1:
+            result["allreduce"] = allreduce
         if rank == 0:
-            result["network"] = Network(link_kind="loopback-gloo", allreduce=tuple(allreduce),
-                                        p2p=tuple(p2p), server_update_s=time_server_update(timer.model, reps))
+            result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
         dist.barrier()
+        calibration = calibrate(job, wl, train, test)
+        if rank == 0:
+            result["calibration"] = calibration
         return result
     finally:
         dist.destroy_process_group()

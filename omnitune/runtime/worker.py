@@ -20,31 +20,45 @@ from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, t
 from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.topology import group_ranks, roles
-from omnitune.workload import batches
+from omnitune.plan import Plan
+from omnitune.workload import Workload, batches
 
 
 def main(job: JobArgs) -> dict | None:
     """Run this process's role; the coordinator returns the run summary as a dict."""
     plan = plan_mod.load(job.plan_path)
-    role = roles(plan)[env.rank()]
-    device = torch_device(role.device)
     dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s))
     try:
-        # Every rank creates every group, in the same order (a torch.distributed requirement).
-        pgs = [dist.new_group(list(r)) for r in group_ranks(plan)] if plan.server else [None]
         wl = workload_mod.load(plan.workload)
-        torch.manual_seed(plan.seed)            # identical initial weights on every rank
-        model = wl.build_model().to(device)
         train, test = wl.build_datasets(plan.data_dir, plan.seed)
-        torch.manual_seed(plan.seed + role.rank)
-        ctx = Context(job, plan, role, device, wl, model, train, test)
-        dist.barrier()
-        if role.kind == "server":
-            from omnitune.runtime.server import serve
-            return serve(ctx)
-        return train_worker(ctx, pgs[role.group] if plan.server else None)
+        return run_role(job, plan, wl, train, test)
     finally:
         dist.destroy_process_group()
+
+
+def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None:
+    """This rank's part of one job, in an initialised process group; ranks the plan leaves out idle.
+
+    The profiler calls this too, to time real jobs back to back in one set of processes.
+    """
+    # Every rank creates every group, in the same order (a torch.distributed requirement).
+    pgs = [dist.new_group(list(r)) for r in group_ranks(plan)]
+    everyone = roles(plan)
+    rank = dist.get_rank()
+    if rank >= len(everyone):
+        dist.barrier()
+        return None
+    role = everyone[rank]
+    device = torch_device(role.device)
+    torch.manual_seed(plan.seed)                # identical initial weights on every rank
+    model = wl.build_model().to(device)
+    torch.manual_seed(plan.seed + role.rank)
+    ctx = Context(job, plan, role, device, wl, model, train, test)
+    dist.barrier()
+    if role.kind == "server":
+        from omnitune.runtime.server import serve
+        return serve(ctx)
+    return train_worker(ctx, pgs[role.group])
 
 
 def new_monitor(ctx: Context) -> Monitor:

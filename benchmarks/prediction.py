@@ -1,0 +1,125 @@
+"""How right is the prediction? Predicted vs measured seconds per iteration and time to target.
+
+    python -m benchmarks.prediction [--quick]
+
+For several configurations on this machine (sync and groups, g = 1 and 2, several batch sizes, two
+workloads), plan each configuration with its values pinned (so the prediction is the model's for
+exactly that configuration), run it with `omnitune run`, and compare. Writes
+benchmarks/results/prediction.json (+ prediction.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.common import RESULTS, print_rows, write_results
+from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
+from omnitune.cluster import local_cluster
+from omnitune.probe import make_prober
+from omnitune.runtime import job
+
+# (workload, target, layout, protocol, g, batch per device, lr)
+CONFIGS = [
+    ("lenet-digits", 0.95, "one-worker", "sync", 1, 32, 0.05),
+    ("lenet-digits", 0.95, "one-per-core", "sync", 1, 16, 0.05),
+    ("lenet-digits", 0.95, "one-per-core", "sync", 1, 64, 0.05),
+    ("lenet-digits", 0.95, "one-per-core", "groups", 2, 32, 0.05),
+    ("lenet-digits", 0.95, "one-per-core", "groups", 2, 64, 0.05),
+    ("cnn1d-mnist1d", 0.8, "one-worker", "sync", 1, 64, 0.1),
+    ("cnn1d-mnist1d", 0.8, "one-per-core", "sync", 1, 32, 0.1),
+    ("cnn1d-mnist1d", 0.8, "one-per-core", "groups", 2, 32, 0.05),
+    ("cnn1d-mnist1d", 0.8, "one-per-core", "groups", 2, 64, 0.05),
+]
+QUICK = [c for i, c in enumerate(CONFIGS) if i in (0, 1, 3, 5, 7, 8)]
+
+
+def pct_err(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None:
+        return None
+    return 100.0 * abs(predicted - measured) / measured
+
+
+def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
+    name, target, layout, protocol, g, batch, lr = cfg
+    wl = workload.load(name)
+    space = optimizer.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
+    scored = optimizer.search(prof, space, make_prober(wl, None, target, seed=0), max_probe_iters=5000)
+    plan = optimizer.build_plan(scored, prof, str(prof_path), name, None, target, 0,
+                                datetime.now(timezone.utc).isoformat())
+    plan_path = work / f"plan{i}.json"
+    plan_mod.save(plan, plan_path)
+    s = job.run(str(plan_path), str(work / f"run{i}"), max_time_s=120)
+    p = plan.prediction
+    return {"workload": name, "target": target, "layout": layout, "protocol": protocol, "groups": g,
+            "batch": batch, "lr": lr, "momentum": plan.momentum,
+            "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": s.measured_sec_per_iter,
+            "predicted_iters": p.iters_to_target, "measured_iters": s.iterations,
+            "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": s.time_to_target_s,
+            "sec_per_iter_pct_err": pct_err(p.sec_per_iter, s.measured_sec_per_iter),
+            "time_to_target_pct_err": pct_err(p.time_to_target_s, s.time_to_target_s),
+            "mean_staleness": s.mean_staleness}
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, key, label, scale in ((axes[0], "sec_per_iter", "ms per iteration", 1e3),
+                                  (axes[1], "time_to_target_s", "time to target (s)", 1.0)):
+        pts = [(r[f"predicted_{key}"] * scale, r[f"measured_{key}"] * scale, r)
+               for r in rows if r[f"measured_{key}"]]
+        for pred, meas, r in pts:
+            marker = "o" if r["protocol"] == "sync" else "s"
+            color = "C0" if r["workload"] == "lenet-digits" else "C1"
+            ax.scatter(pred, meas, marker=marker, color=color)
+        lo, hi = 0.0, max(max(p, m) for p, m, _ in pts) * 1.1
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = predicted")
+        ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel=f"predicted {label}", ylabel=f"measured {label}", title=label)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle("omnitune prediction vs real runs (circles: sync, squares: groups; blue: lenet, orange: cnn1d)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="six configurations, quick profiles")
+    args = parser.parse_args()
+    configs = QUICK if args.quick else CONFIGS
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        profiles = {}
+        for name in dict.fromkeys(c[0] for c in configs):
+            prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(args.quick), work / "logs")
+            profile_mod.save(prof, work / f"{name}.json")
+            profiles[name] = prof
+        for i, cfg in enumerate(configs):
+            rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i))
+            print_rows("so far", rows[-1:], list(rows[-1]))
+    med = lambda key: statistics.median(r[key] for r in rows if r[key] is not None)
+    result = {"quick": args.quick, "rows": rows,
+              "sec_per_iter_median_abs_pct_err": med("sec_per_iter_pct_err"),
+              "time_to_target_median_abs_pct_err": med("time_to_target_pct_err"),
+              "goals": {"sec_per_iter_median_abs_pct_err": 15, "time_to_target_median_abs_pct_err": 30}}
+    cols = ["workload", "layout", "protocol", "groups", "batch", "predicted_sec_per_iter", "measured_sec_per_iter",
+            "sec_per_iter_pct_err", "predicted_iters", "measured_iters", "predicted_time_to_target_s",
+            "measured_time_to_target_s", "time_to_target_pct_err"]
+    print_rows("predicted vs measured", rows, cols)
+    print(f"median |error|: sec/iter {result['sec_per_iter_median_abs_pct_err']:.1f}% (goal 15%), "
+          f"time to target {result['time_to_target_median_abs_pct_err']:.1f}% (goal 30%)")
+    path = write_results("prediction", result)
+    plot(rows, RESULTS / "prediction.png")
+    print(f"wrote {path} and {RESULTS / 'prediction.png'}")
+
+
+if __name__ == "__main__":
+    main()
