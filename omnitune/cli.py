@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -89,6 +90,8 @@ def plan(
     seed: int = typer.Option(0),
     probe_iters: int = typer.Option(3000, help="most iterations one probe may train"),
     budget_s: float = typer.Option(120.0, help="most seconds to spend on probes"),
+    sense_momentum: bool = typer.Option(False, help="measure each g's implicit momentum (slower) "
+                                        "instead of assuming 1 - 1/g"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
     from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, workload as wl_mod
@@ -104,12 +107,20 @@ def plan(
             console.print(f"[yellow]warning:[/yellow] {profile_path} was measured with workload "
                           f"{prof.workload!r}, not {workload!r}")
         _seed_everything(seed)
+        implicit = None
+        if sense_momentum:
+            gs = sorted({c.g for c in optimizer.enumerate_configs(prof, space)} - {1})
+            with console.status(f"measuring implicit momentum for g = {gs}…"):
+                implicit = probe.sense_implicit(wl, data_dir, gs, space.lrs[len(space.lrs) // 2], seed)
+            out.print("implicit momentum measured: " + ", ".join(f"g={g}: {m:.2f} (theory {1 - 1 / g:.2f})"
+                                                               for g, m in implicit.items()))
+            space = replace(space, implicit=implicit)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
         with console.status("planning…") as status:
             scored = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                       log=lambda m: status.update(f"planning: {m}"))
         result = optimizer.build_plan(scored, prof, str(profile_path), workload, data_dir, target_accuracy,
-                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"), implicit)
         plan_mod.save(result, out_path)
     except ValueError as e:
         _fail(UserError(str(e)))
@@ -152,9 +163,16 @@ def _candidates_table(result, rows: int = 12) -> Table:
     for c in result.candidates[:rows]:
         table.add_row(c.layout, c.protocol, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
                       f"{c.implicit_momentum:.2f}", f"{c.sec_per_iter * 1e3:.2f}",
-                      "-" if c.iters_to_target is None else f"{c.iters_to_target:.0f}",
+                      _iters(c),
                       "-" if c.time_to_target_s is None else f"{c.time_to_target_s:.2f}", c.note)
     return table
+
+
+def _iters(c) -> str:
+    if c.iters_to_target is None:
+        return "-"
+    band = f" ({c.iters_band[0]:.0f}–{c.iters_band[1]:.0f})" if c.iters_band else ""
+    return f"{c.iters_to_target:.0f}{band}"
 
 
 @app.command()

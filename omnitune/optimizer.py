@@ -34,8 +34,9 @@ class Space:
     groups: tuple[int, ...] | None = None          # None: every g that splits the devices evenly
     batch_sizes: tuple[int, ...] = DEFAULT_BATCHES
     lrs: tuple[float, ...] = DEFAULT_LRS
-    momentum: float | None = None                  # None: MU_STAR - (1 - 1/g)
+    momentum: float | None = None                  # None: MU_STAR - implicit momentum of g groups
     layouts: tuple[str, ...] | None = None
+    implicit: dict[int, float] | None = None       # measured implicit momentum by g; else 1 - 1/g
 
 
 @dataclass(frozen=True)
@@ -83,20 +84,30 @@ def enumerate_configs(profile: Profile, space: Space) -> list[Config]:
     for layout, devices in profile.cluster.layouts.items():
         if space.layouts is not None and layout not in space.layouts:
             continue
-        n = len(devices)
-        measured = set.intersection(*({s.batch_size for s in profile.device(d).steps} for d in devices))
-        for protocol in space.protocols:
-            gs = [1] if protocol == "sync" else [g for g in range(2, n + 1) if n % g == 0]
-            gs = [g for g in gs if space.groups is None or g in space.groups]
-            for g in gs:
-                mu = space.momentum if space.momentum is not None else \
-                    statmodel.explicit_momentum(MU_STAR, g)
-                for b in space.batch_sizes:
-                    if b not in measured and b > max(measured):
-                        continue
-                    for lr in space.lrs:
-                        out.append(Config(layout, protocol, split(devices, g), b, lr, round(mu, 4)))
+        batches = _batch_sizes(profile, devices, space)
+        for protocol, g in _shapes(len(devices), space):
+            mu = round(_momentum(space, g), 4)
+            out += [Config(layout, protocol, split(devices, g), b, lr, mu) for b in batches for lr in space.lrs]
     return out
+
+
+def _shapes(n: int, space: Space) -> list[tuple[str, int]]:
+    """(protocol, g) pairs for n devices: sync is one group; groups splits n evenly, g >= 2."""
+    shapes = [(p, 1) for p in space.protocols if p == "sync"]
+    shapes += [(p, g) for p in space.protocols if p != "sync" for g in range(2, n + 1) if n % g == 0]
+    return [(p, g) for p, g in shapes if space.groups is None or g in space.groups]
+
+
+def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> list[int]:
+    """The space's batch sizes, less those beyond what every device of the layout was profiled at."""
+    largest = min(profile.device(d).max_batch for d in devices)
+    return [b for b in space.batch_sizes if b <= largest]
+
+
+def _momentum(space: Space, g: int) -> float:
+    if space.momentum is not None:
+        return space.momentum
+    return statmodel.explicit_momentum(MU_STAR, g, (space.implicit or {}).get(g))
 
 
 def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
@@ -147,19 +158,25 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     return sorted(scored, key=lambda s: (s.time_to_target_s is None, s.time_to_target_s or 0.0, s.sec_per_iter))
 
 
-def candidate_rows(scored: list[Scored]):
+def implicit_of(g: int, measured: dict[int, float] | None) -> float:
+    return (measured or {}).get(g, statmodel.implicit_momentum(g))
+
+
+def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = None):
     """The plan file's record of every configuration considered."""
     from omnitune.plan import Candidate
 
     return tuple(Candidate(
         layout=s.config.layout, protocol=s.config.protocol, groups=s.config.g, batch_size=s.config.batch,
-        lr=s.config.lr, momentum=s.config.momentum, implicit_momentum=statmodel.implicit_momentum(s.config.g),
+        lr=s.config.lr, momentum=s.config.momentum, implicit_momentum=implicit_of(s.config.g, implicit),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
-        note=s.probe.note if s.probe else "not probed") for s in scored)
+        note=s.probe.note if s.probe else "not probed",
+        iters_band=tuple(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
 
 
 def build_plan(scored: list[Scored], profile: Profile, profile_path: str, workload: str,
-               data_dir: str | None, target: float, seed: int, created_at: str):
+               data_dir: str | None, target: float, seed: int, created_at: str,
+               implicit: dict[int, float] | None = None):
     """The winning configuration as a Plan; a clear error when no probe reached the target."""
     from omnitune.errors import UserError
     from omnitune.plan import Plan, Prediction
@@ -177,7 +194,7 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
         schema_version=1, workload=workload, data_dir=data_dir, target_accuracy=target, seed=seed,
         protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
         batch_size={d.id: c.batch for d in devices}, lr=c.lr, momentum=c.momentum,
-        implicit_momentum=statmodel.implicit_momentum(c.g),
+        implicit_momentum=implicit_of(c.g, implicit),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s),
-        candidates=candidate_rows(scored), profile=profile_path, rendezvous=cluster.rendezvous,
+        candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,
         server_host=cluster.server_host, created_at=created_at)

@@ -49,7 +49,14 @@ class Linear:
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """t_d(b) for one device: log-log interpolation of its profiled steps."""
+    """t_d(b) for one device.
+
+    Within the profiled batch sizes: log-log interpolation of the measurements. Measured CPU
+    step times are bumpy (kernels change with the batch), and a 2- or 3-parameter curve misses
+    measured points by up to ~25%, so the measurements themselves are the model there. Beyond
+    the largest profiled batch: t(b) = alpha + beta * b, fitted to the upper half of the points
+    (`tail`), as Pollux/AdaptDL model compute time.
+    """
     batches: np.ndarray
     seconds: np.ndarray
 
@@ -58,14 +65,20 @@ class ComputeModel:
         steps = sorted(dp.steps, key=lambda s: s.batch_size)
         return cls(np.array([s.batch_size for s in steps], float), np.array([s.sec_per_step for s in steps]))
 
+    @property
+    def tail(self) -> Linear:
+        """t(b) = alpha + beta * b over the upper half of the profiled batch sizes."""
+        if len(self.batches) < 2:
+            return Linear(0.0, float(self.seconds[0] / self.batches[0]))
+        upper = slice(len(self.batches) // 2, None) if len(self.batches) > 3 else slice(None)
+        return Linear.fit(self.batches[upper], self.seconds[upper])
+
     def __call__(self, b) -> np.ndarray:
         b = np.asarray(b, float)
         inside = np.exp(np.interp(np.log(b), np.log(self.batches), np.log(self.seconds)))
-        if len(self.batches) < 2:
-            return inside * np.maximum(b / self.batches[-1], 1.0)
-        # Beyond the largest profiled batch, time grows linearly at the last measured rate.
-        rate = (self.seconds[-1] - self.seconds[-2]) / (self.batches[-1] - self.batches[-2])
-        beyond = self.seconds[-1] + max(rate, 0.0) * (b - self.batches[-1])
+        tail = self.tail
+        # Continue from the last measurement at the fitted slope, so t(b) stays continuous.
+        beyond = self.seconds[-1] + tail.slope * (b - self.batches[-1])
         return np.where(b > self.batches[-1], beyond, inside)
 
 

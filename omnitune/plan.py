@@ -34,6 +34,7 @@ class Candidate:
     iters_to_target: float | None    # None: not probed (ruled out by hardware efficiency alone)
     time_to_target_s: float | None
     note: str = ""
+    iters_band: tuple[float, ...] = ()   # ±1σ band of iters_to_target from the probe's fitted curve
 
 
 @dataclass(frozen=True)

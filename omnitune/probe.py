@@ -18,44 +18,97 @@ import torch
 from omnitune import statmodel
 from omnitune.statmodel import ProbeConfig, ProbeResult
 from omnitune.runtime.flat import get_grads, get_params, num_params, set_params
-from omnitune.workload import Workload, batches, evaluate
+from omnitune.workload import Workload, batches, collate, evaluate
+
+
+class Emulator:
+    """SGD with explicit momentum where each gradient is computed on weights `tau` updates old.
+
+    tau is drawn per update from the queueing model of `cfg.groups` asynchronous groups, as
+    the parameter server would see it. Weights start from `init_seed`; minibatch order and
+    staleness draws come from `noise_seed`.
+    """
+
+    def __init__(self, wl: Workload, train, cfg: ProbeConfig, init_seed: int, noise_seed: int, max_iters: int):
+        torch.manual_seed(init_seed)
+        self.wl, self.cfg, self.model = wl, cfg, wl.build_model()
+        P = num_params(self.model)
+        self.w, self.v, self.g = get_params(self.model, torch.empty(P)), torch.zeros(P), torch.empty(P)
+        self.taus = statmodel.draw_staleness(np.random.default_rng(noise_seed), cfg.groups, max_iters)
+        self.history: deque[torch.Tensor] = deque([self.w.clone()], maxlen=int(self.taus.max()) + 1)
+        self.data = batches(train, cfg.batch, noise_seed)
+        self.it = 0
+
+    def step(self) -> float:
+        """One update; returns the minibatch loss (NaN or inf when training diverged)."""
+        x, y = next(self.data)
+        stale = self.history[-1 - min(int(self.taus[self.it]), len(self.history) - 1)]
+        set_params(self.model, stale)
+        self.model.zero_grad(set_to_none=False)
+        loss = self.wl.loss_fn(self.model(x), y)
+        loss.backward()
+        self.v.mul_(self.cfg.momentum).add_(get_grads(self.model, self.g))   # torch SGD: v = mu v + grad
+        self.w.sub_(self.cfg.lr * self.v)
+        self.history.append(self.w.clone())
+        self.it += 1
+        return float(loss.detach())
+
+    def current_model(self) -> torch.nn.Module:
+        set_params(self.model, self.w)
+        return self.model
+
+    @property
+    def mean_staleness(self) -> float:
+        return float(self.taus[:self.it].mean()) if self.it else 0.0
 
 
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
               max_seconds: float, seed: int, eval_every: int = 10) -> ProbeResult:
     """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out."""
     start = time.perf_counter()
-    torch.manual_seed(seed)
-    model = wl.build_model()
-    P = num_params(model)
-    w, v, g = get_params(model, torch.empty(P)), torch.zeros(P), torch.empty(P)
-    rng = np.random.default_rng(seed)
-    taus = statmodel.draw_staleness(rng, cfg.groups, max_iters)
-    history: deque[torch.Tensor] = deque([w.clone()], maxlen=int(taus.max()) + 1)
+    emu = Emulator(wl, train, cfg, seed, seed, max_iters)
     curve: list[tuple[int, float]] = []
-    data = batches(train, cfg.batch, seed)
-    it, note = 0, ""
-    while it < max_iters:
-        x, y = next(data)
-        stale = history[-1 - min(int(taus[it]), len(history) - 1)]
-        set_params(model, stale)
-        model.zero_grad(set_to_none=False)
-        loss = wl.loss_fn(model(x), y)
-        loss.backward()
-        if not math.isfinite(float(loss.detach())):
+    note = ""
+    while emu.it < max_iters:
+        if not math.isfinite(emu.step()):
             note = "diverged"
             break
-        v.mul_(cfg.momentum).add_(get_grads(model, g))      # torch SGD: v = mu v + grad
-        w.sub_(cfg.lr * v)
-        history.append(w.clone())
-        it += 1
-        if it % eval_every == 0 or it == max_iters:
-            set_params(model, w)
-            curve.append((it, evaluate(wl, model, test, torch.device("cpu"))[1]))
+        if emu.it % eval_every == 0 or emu.it == max_iters:
+            curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
             if curve[-1][1] >= target or time.perf_counter() - start > max_seconds:
                 break
-    return summarise(cfg, curve, target, note, float(taus[:it].mean()) if it else 0.0,
-                     time.perf_counter() - start)
+    return summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start)
+
+
+def sense_momentum(wl: Workload, train, cfg: ProbeConfig, steps: int, replicas: int, seed: int,
+                   grad_samples: int = 4096) -> statmodel.MomentumReading:
+    """The total momentum the emulated run has, measured from its trajectory.
+
+    Asynchrony's momentum lives in the expected update, so `replicas` runs start from the same
+    weights with independent minibatches and staleness draws; their average trajectory w_t is
+    fitted to the heavy-ball form (statmodel.fit_momentum), with grad f from a fixed subset of
+    `grad_samples` training samples.
+    """
+    total = None
+    for r in range(replicas):
+        emu = Emulator(wl, train, cfg, init_seed=seed, noise_seed=seed * 1000 + r + 1, max_iters=steps)
+        path = [emu.w.clone()]
+        for _ in range(steps):
+            emu.step()
+            path.append(emu.w.clone())
+        stacked = torch.stack(path)
+        total = stacked if total is None else total + stacked
+    mean_path = total / replicas
+    x, y = collate(train, range(min(grad_samples, len(train))))
+    model, P = emu.model, mean_path.shape[1]
+    grads = torch.empty(steps, P)
+    for t in range(steps):
+        set_params(model, mean_path[t])
+        model.zero_grad(set_to_none=False)
+        wl.loss_fn(model(x), y).backward()
+        get_grads(model, grads[t])
+    steps_taken = (mean_path[1:] - mean_path[:-1]).double().numpy()
+    return statmodel.fit_momentum(steps_taken, grads.double().numpy(), lr=cfg.lr, explicit=cfg.momentum)
 
 
 def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, note: str,
@@ -69,7 +122,8 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
     elif note != "diverged" and curve:
         estimate = statmodel.extrapolate_iters(iters, acc, target)
         note = "extrapolated" if estimate is not None else f"not reached in {int(iters[-1])} iterations"
-    return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note)
+    interval = statmodel.iters_interval(iters, acc, target) if estimate is not None else None
+    return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval)
 
 
 def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int,
@@ -81,3 +135,12 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int,
         every = max(1, min(10, max_iters // 20))
         return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every)
     return prober
+
+
+def sense_implicit(wl: Workload, data_dir: str | None, groups: list[int], lr: float, seed: int,
+                   steps: int = 40, replicas: int = 16) -> dict[int, float]:
+    """Measured implicit momentum of g emulated groups, for each g (full-batch, plain SGD)."""
+    train, _ = wl.build_datasets(data_dir, seed)
+    full = min(len(train), 2048)
+    return {g: sense_momentum(wl, train, ProbeConfig(full, lr, 0.0, g), steps, replicas, seed).implicit
+            for g in groups}

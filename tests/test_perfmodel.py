@@ -25,7 +25,8 @@ def test_compute_model_passes_through_measurements_and_grows():
     pred = m(grid)
     assert (pred > 0).all() and (np.diff(pred) >= 0).all()        # never negative, never faster
     assert (grid / pred)[-1] >= (grid / pred)[0]                    # batching raises throughput
-    assert pred[-1] == pytest.approx(t[-1] + 1e-4 * (199 - 32))    # linear beyond the profile
+    assert pred[-1] == pytest.approx(t[-1] + 1e-4 * (199 - 32))    # the fitted line beyond the profile
+    assert m.tail.slope == pytest.approx(1e-4) and m.tail.intercept == pytest.approx(1e-3)
 
 
 def net(server_update_s=1e-4):

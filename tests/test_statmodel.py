@@ -42,3 +42,14 @@ def test_extrapolation_recovers_a_power_law_and_refuses_flat_curves():
     assert est == pytest.approx(400, rel=0.05)
     assert statmodel.extrapolate_iters(t, np.full_like(t, 0.5), 0.9) is None
     assert statmodel.extrapolate_iters(t, acc, 0.999) is None              # too far beyond the probe
+
+
+def test_interval_brackets_the_estimate_and_widens_with_noise():
+    t = np.arange(10, 210, 10.0)
+    clean = 1 - 2.0 * t ** -0.5
+    noisy = 1 - 2.0 * t ** -0.5 * np.exp(np.random.default_rng(0).normal(0, 0.1, len(t)))
+    lo0, hi0 = statmodel.iters_interval(t, clean, 0.9)
+    lo1, hi1 = statmodel.iters_interval(t, noisy, 0.9)
+    assert lo0 == pytest.approx(hi0) == pytest.approx(400, rel=0.01)
+    estimate = statmodel.extrapolate_iters(t, noisy, 0.9)
+    assert lo1 < estimate < hi1 and hi1 - lo1 > hi0 - lo0
