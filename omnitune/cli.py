@@ -116,9 +116,11 @@ def plan(
                                                                for g, m in implicit.items()))
             space = replace(space, implicit=implicit)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
+        study = optimizer.new_study(_study_storage(out_path), _study_name(prof, workload, target_accuracy, seed,
+                                                                          probe_iters, space))
         with console.status("planning…") as status:
             scored = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
-                                      log=lambda m: status.update(f"planning: {m}"))
+                                      study=study, log=lambda m: status.update(f"planning: {m}"))
         result = optimizer.build_plan(scored, prof, str(profile_path), workload, data_dir, target_accuracy,
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"), implicit)
         plan_mod.save(result, out_path)
@@ -133,6 +135,18 @@ def plan(
               f"{result.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
               f"{p.time_to_target_s:.2f}s = {p.iters_to_target:.0f} iterations × {p.sec_per_iter * 1e3:.2f} ms")
     out.print(f"wrote {out_path}")
+
+
+def _study_storage(plan_path: Path) -> str:
+    """Probes are kept in SQLite beside the plan, so an interrupted `plan` resumes where it stopped."""
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{plan_path.with_suffix('.study.db')}"
+
+
+def _study_name(prof, workload, target, seed, probe_iters, space) -> str:
+    """Everything a stored probe's outcome depends on; anything else starts a new study."""
+    return (f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|"
+            f"implicit={sorted((space.implicit or {}).items())}")
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):

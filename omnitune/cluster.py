@@ -107,8 +107,14 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
             data = yaml.safe_load(path.read_text())
         except FileNotFoundError:
             raise UserError(f"{path}: file not found") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"{path}: cannot read ({e.__class__.__name__})") from None
         except yaml.YAMLError as e:
             raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        except RecursionError:
+            raise UserError(f"{path}: not valid YAML (nested too deeply)") from None
+        except ValueError as e:     # PyYAML lets some bad scalars through: 2020-13-01, 4300+ digit integers
+            raise UserError(f"{path}: not valid YAML ({str(e).split(';')[0]})") from None
     else:
         data = read_json(path)
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 import types
@@ -39,6 +40,18 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode())
 
 
+def _finite(text: str) -> float:
+    """A JSON number as a float; omnitune never writes one that overflows (1e400), so refuse it."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file, turning a missing or malformed file into a UserError."""
     try:
@@ -48,9 +61,13 @@ def read_json(path: str | os.PathLike) -> Any:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot read ({e.__class__.__name__})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:      # NaN, 1e400, or an integer of more than 4300 digits
+        raise UserError(f"{path}: not valid JSON ({str(e).split(';')[0]})") from None
 
 
 def to_dict(obj: Any) -> Any:
@@ -62,6 +79,15 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): to_dict(v) for k, v in obj.items()}
     return obj
+
+
+def _show(value: Any) -> str:
+    """repr(value) for an error message: one line, cut short."""
+    try:
+        text = repr(value)
+    except ValueError:           # Python will not print an integer of more than 4300 digits
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def from_dict(cls: type, data: Any, where: str) -> Any:
@@ -91,33 +117,42 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                 return _convert(a, value, where)
             except UserError:
                 continue
-        raise UserError(f"{where}: unexpected value {value!r}")
+        raise UserError(f"{where}: unexpected value {_show(value)}")
     if typing.get_origin(tp) is typing.Literal:
         if value not in args:
-            raise UserError(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+            raise UserError(f"{where}: must be one of {', '.join(map(repr, args))}, got {_show(value)}")
         return value
     if dataclasses.is_dataclass(tp):
         return _convert_dataclass(tp, value, where)
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise UserError(f"{where}: expected a list, got {type(value).__name__}")
+        if origin is tuple and args and args[-1] is not Ellipsis:     # fixed length, e.g. tuple[int, float]
+            if len(value) != len(args):
+                raise UserError(f"{where}: expected {len(args)} items, got {len(value)}")
+            return tuple(_convert(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, value)))
         item = args[0] if args else Any
         return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected an object, got {type(value).__name__}")
-        return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _convert(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+            raise UserError(f"{where}: expected a number, got {_show(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise UserError(f"{where}: number out of range, got {_show(value)}") from None
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{where}: expected an integer, got {value!r}")
+            raise UserError(f"{where}: expected an integer, got {_show(value)}")
+        if not -2 ** 63 <= value < 2 ** 63:
+            raise UserError(f"{where}: integer out of range, got {_show(value)}")
         return value
     if tp in (str, bool):
         if not isinstance(value, tp):
-            raise UserError(f"{where}: expected {tp.__name__}, got {value!r}")
+            raise UserError(f"{where}: expected {tp.__name__}, got {_show(value)}")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {where}")
 
@@ -127,9 +162,9 @@ def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
         raise UserError(f"{where}: expected an object, got {type(value).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - set(fields))
+    unknown = sorted(set(value) - set(fields), key=repr)     # YAML keys need not be strings
     if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r}")
+        raise UserError(f"{where}: unknown key {_show(unknown[0])}")
     kwargs = {}
     for name, f in fields.items():
         if name in value:

@@ -1,10 +1,15 @@
-"""Choose the configuration with the least predicted time to target.
+"""Choose the configuration with the least predicted time to target: Omnivore's optimizer.
 
 time_to_target = sec_per_iter (hardware efficiency, perfmodel) × iters_to_target (statistical
-efficiency, probes). Every candidate is scored for hardware efficiency at once in numpy; probes
-are spent by throughput, best first, and each probe is capped at the iterations that could still
-beat the best time found so far, so candidates the model rules out cost nothing and lagging
-probes stop early. Probing is injected (`Prober`), so this module starts no process.
+efficiency, probes). Every configuration is scored for hardware efficiency at once in numpy.
+Probes then follow Omnivore's loop (Hadjis et al. 2016, §4): start synchronous (g = 1) and tune
+the learning rate; for each larger g, tune momentum and learning rate around the previous
+optimum, skipping settings larger than it (optimal values shrink as staleness grows; the update
+batch too, Rudra's rule) and settings at least as large as one that diverged; stop adding groups
+when seconds per iteration stop improving by 10%. Each probe is capped at the iterations that
+could still beat the best time so far, and runs as an optuna trial (ask/tell) whose pruner stops
+it when it lags the others at the same predicted training time. Probing is injected (`Prober`),
+so this module starts no process and imports no torch.
 """
 
 from __future__ import annotations
@@ -17,14 +22,18 @@ from typing import Callable
 import numpy as np
 
 from omnitune import statmodel
+from omnitune.files import from_dict, to_dict
 from omnitune.perfmodel import PerfModel
 from omnitune.profile import Profile
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
-Prober = Callable[[ProbeConfig, int], ProbeResult]   # (config, max_iters) -> result
+# (config, max_iters, on_eval) -> result; on_eval(iteration, accuracy) returns True to stop (prune)
+Prober = Callable[[ProbeConfig, int, Callable[[int, float], bool]], ProbeResult]
 DEFAULT_LRS = (0.1, 0.05, 0.02)
 DEFAULT_BATCHES = (8, 16, 32, 64, 128)
 MU_STAR = 0.9    # the synchronous optimum Omnivore starts from
+OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
+STOP_GAIN = 0.10  # add groups only while seconds per iteration improve by at least this much
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class Space:
     groups: tuple[int, ...] | None = None          # None: every g that splits the devices evenly
     batch_sizes: tuple[int, ...] = DEFAULT_BATCHES
     lrs: tuple[float, ...] = DEFAULT_LRS
-    momentum: float | None = None                  # None: MU_STAR - implicit momentum of g groups
+    momentum: float | None = None                  # None: the rule MU_STAR - implicit, and OMNIVORE_MOMENTA
     layouts: tuple[str, ...] | None = None
     implicit: dict[int, float] | None = None       # measured implicit momentum by g; else 1 - 1/g
 
@@ -86,8 +95,8 @@ def enumerate_configs(profile: Profile, space: Space) -> list[Config]:
             continue
         batches = _batch_sizes(profile, devices, space)
         for protocol, g in _shapes(len(devices), space):
-            mu = round(_momentum(space, g), 4)
-            out += [Config(layout, protocol, split(devices, g), b, lr, mu) for b in batches for lr in space.lrs]
+            out += [Config(layout, protocol, split(devices, g), b, lr, mu)
+                    for mu in _momenta(space, g) for b in batches for lr in space.lrs]
     return out
 
 
@@ -104,10 +113,12 @@ def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> li
     return [b for b in space.batch_sizes if b <= largest]
 
 
-def _momentum(space: Space, g: int) -> float:
+def _momenta(space: Space, g: int) -> list[float]:
+    """Explicit momenta to consider for g groups: the rule's value first, then Omnivore's grid."""
     if space.momentum is not None:
-        return space.momentum
-    return statmodel.explicit_momentum(MU_STAR, g, (space.implicit or {}).get(g))
+        return [space.momentum]
+    rule = round(statmodel.explicit_momentum(MU_STAR, g, (space.implicit or {}).get(g)), 4)
+    return [rule] if g == 1 else list(dict.fromkeys([rule, *OMNIVORE_MOMENTA]))
 
 
 def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
@@ -118,10 +129,12 @@ def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
 
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 3000,
-           budget_s: float = 120.0, log: Callable[[str], None] = lambda m: None) -> list[Scored]:
+           budget_s: float = 120.0, study=None, log: Callable[[str], None] = lambda m: None) -> list[Scored]:
     """Score every configuration; probe statistical efficiency where it could still win.
 
-    Returns all configurations, best predicted time to target first (unprobed ones last).
+    `study` is an optuna study (in memory when None); probes it already holds are reused, so an
+    interrupted search resumes. Returns all configurations, best predicted time to target first
+    (unprobed ones last).
     """
     configs = enumerate_configs(profile, space)
     if not configs:
@@ -129,33 +142,141 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
     sec = hardware_scores(PerfModel.from_profile(profile), configs)
     # Configurations that share a probe configuration share statistical efficiency.
-    by_probe: dict[ProbeConfig, list[int]] = {}
-    for i, c in enumerate(configs):
-        by_probe.setdefault(c.probe_config(), []).append(i)
-    # Highest throughput (samples per second) first: likeliest to win at a fixed sample count.
-    order = sorted(by_probe, key=lambda pc: -pc.batch / min(sec[i] for i in by_probe[pc]))
-    results: dict[ProbeConfig, ProbeResult] = {}
-    best = math.inf
-    start = time.perf_counter()
-    for pc in order:
-        if time.perf_counter() - start > budget_s:
-            log(f"probe budget of {budget_s:.0f}s spent; {len(order) - len(results)} probes skipped")
-            break
-        fastest = min(sec[i] for i in by_probe[pc])
-        cap = max_probe_iters if math.isinf(best) else int(min(max_probe_iters, best / fastest))
-        if cap < 1:
-            continue
-        r = prober(pc, cap)
-        results[pc] = r
-        capped = cap < max_probe_iters and not r.reached and r.note != "diverged"
-        if capped and (r.iters_to_target is None or r.iters_to_target > cap):
-            results[pc] = replace(r, iters_to_target=None, note=f"cannot beat {best:.2f}s in {cap} iterations")
-        if results[pc].iters_to_target is not None:
-            best = min(best, results[pc].iters_to_target * fastest)
-        log(f"probe b={pc.batch} lr={pc.lr} mu={pc.momentum} g={pc.groups}: {results[pc].note}"
-            + (f", {results[pc].iters_to_target:.0f} iterations" if results[pc].iters_to_target else ""))
-    scored = [Scored(c, float(sec[i]), results.get(c.probe_config())) for i, c in enumerate(configs)]
+    fastest: dict[ProbeConfig, float] = {}
+    for c, t in zip(configs, sec):
+        pc = c.probe_config()
+        fastest[pc] = min(fastest.get(pc, math.inf), float(t))
+    loop = OmnivoreLoop(fastest, prober, study or new_study(), max_probe_iters, budget_s, log)
+    results = loop.run()
+    scored = [Scored(c, float(t), results.get(c.probe_config())) for c, t in zip(configs, sec)]
     return sorted(scored, key=lambda s: (s.time_to_target_s is None, s.time_to_target_s or 0.0, s.sec_per_iter))
+
+
+def new_study(storage: str | None = None, name: str = "omnitune"):
+    """An optuna study for probes: minimise predicted time, median pruning at equal training time."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
+    return optuna.create_study(storage=storage, study_name=name, direction="minimize", pruner=pruner,
+                               load_if_exists=True)
+
+
+class OmnivoreLoop:
+    """Omnivore's search over g, with capped, prunable probes recorded in an optuna study."""
+
+    def __init__(self, fastest: dict[ProbeConfig, float], prober: Prober, study, max_probe_iters: int,
+                 budget_s: float, log: Callable[[str], None]):
+        self.fastest, self.prober, self.study = fastest, prober, study
+        self.max_iters, self.budget_s, self.log = max_probe_iters, budget_s, log
+        self.results: dict[ProbeConfig, ProbeResult] = stored_results(study)
+        self.best = math.inf
+        self.diverged: list[ProbeConfig] = []
+        self.start = time.perf_counter()
+        # Probes report accuracy on a shared clock of predicted training time (for the pruner).
+        self.tick_s = min(fastest.values()) * 50
+
+    def run(self) -> dict[ProbeConfig, ProbeResult]:
+        prev: ProbeConfig | None = None          # the best configuration of the previous g
+        for g in sorted({pc.groups for pc in self.fastest}):
+            mine = [pc for pc in self.fastest if pc.groups == g and (prev is None or not larger(pc, prev))]
+            if not mine:
+                break
+            if prev is not None:
+                g_sec, prev_sec = min(self.fastest[pc] for pc in mine), self.fastest[prev]
+                if g_sec > (1 - STOP_GAIN) * prev_sec:
+                    self.log(f"g={g}: {g_sec * 1e3:.2f} ms/iteration is not {STOP_GAIN:.0%} better than "
+                             f"{prev_sec * 1e3:.2f} ms at g={prev.groups}: stop adding groups")
+                    break
+            prev = self.tune(g, mine) or prev
+        return self.results
+
+    def tune(self, g: int, candidates: list[ProbeConfig]) -> ProbeConfig | None:
+        """Probe g's candidates, highest throughput first; return the best one that reached."""
+        for pc in sorted(candidates, key=lambda pc: -pc.batch / self.fastest[pc]):
+            if time.perf_counter() - self.start > self.budget_s:
+                self.log(f"planning budget of {self.budget_s:.0f}s spent; stopping the search")
+                break
+            if any(not larger(d, pc) and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
+                continue                       # at least as large as a setting that diverged
+            r = self.results.get(pc) or self.probe(pc)
+            if r is None:
+                continue
+            if r.note == "diverged":
+                self.diverged.append(pc)
+            if r.iters_to_target is not None:
+                self.best = min(self.best, r.iters_to_target * self.fastest[pc])
+        done = [pc for pc in candidates if pc in self.results and self.results[pc].iters_to_target is not None]
+        return min(done, key=lambda pc: self.results[pc].iters_to_target * self.fastest[pc], default=None)
+
+    def probe(self, pc: ProbeConfig) -> ProbeResult | None:
+        cap = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / self.fastest[pc]))
+        if cap < 1:
+            return None
+        trial = self._ask(pc)
+        reported = {"step": -1}
+
+        def on_eval(iteration: int, accuracy: float) -> bool:
+            step = int(iteration * self.fastest[pc] / self.tick_s)
+            if step <= reported["step"]:
+                return False
+            for s in range(reported["step"] + 1, step + 1):        # carry forward over skipped ticks
+                trial.report(1.0 - accuracy, s)
+            reported["step"] = step
+            return trial.should_prune()
+        r = self.prober(pc, cap, on_eval)
+        if r.note == "pruned":
+            r = replace(r, iters_to_target=None, note="pruned: lagging the median")
+        elif cap < self.max_iters and not r.reached and r.note != "diverged" \
+                and (r.iters_to_target is None or r.iters_to_target > cap):
+            r = replace(r, iters_to_target=None, note=f"cannot beat {self.best:.2f}s in {cap} iterations")
+        self._tell(trial, pc, r)
+        self.results[pc] = r
+        self.log(f"probe g={pc.groups} batch={pc.batch} lr={pc.lr} momentum={pc.momentum}: {r.note}")
+        return r
+
+    def _ask(self, pc: ProbeConfig):
+        """A trial whose parameters are this probe's (enqueued, so the sampler draws nothing)."""
+        self.study.enqueue_trial(probe_params(pc))
+        return self.study.ask(probe_distributions())
+
+    def _tell(self, trial, pc: ProbeConfig, r: ProbeResult) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr("probe", to_dict(r))
+        if r.note.startswith("pruned"):
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            time_s = r.iters_to_target * self.fastest[pc] if r.iters_to_target is not None else NOT_REACHED
+            self.study.tell(trial, time_s)
+
+
+NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
+
+
+def larger(pc: ProbeConfig, ref: ProbeConfig) -> bool:
+    """Any of learning rate, momentum or update batch above `ref`'s (values only shrink with g)."""
+    return pc.lr > ref.lr or pc.momentum > ref.momentum or pc.batch > ref.batch
+
+
+def probe_distributions() -> dict:
+    from optuna.distributions import FloatDistribution, IntDistribution
+    return {"batch": IntDistribution(1, 1 << 24), "lr": FloatDistribution(1e-9, 1e3, log=True),
+            "momentum": FloatDistribution(-0.999, 0.999), "groups": IntDistribution(1, 1 << 16)}
+
+
+def probe_params(pc: ProbeConfig) -> dict:
+    return {"batch": pc.batch, "lr": pc.lr, "momentum": pc.momentum, "groups": pc.groups}
+
+
+def stored_results(study) -> dict[ProbeConfig, ProbeResult]:
+    """Probe results an earlier (perhaps interrupted) search left in the study."""
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        if "probe" in t.user_attrs:
+            r = from_dict(ProbeResult, t.user_attrs["probe"], f"study trial {t.number}")
+            out[r.config] = r
+    return out
 
 
 def implicit_of(g: int, measured: dict[int, float] | None) -> float:

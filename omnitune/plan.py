@@ -20,6 +20,10 @@ class Prediction:
     iters_to_target: float           # inf when the probes say the target is out of reach
     time_to_target_s: float
 
+    def __post_init__(self):
+        if not all(v >= 0 for v in (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)):
+            raise ValueError(f"prediction: times must not be negative, got {self}")
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -35,6 +39,12 @@ class Candidate:
     time_to_target_s: float | None
     note: str = ""
     iters_band: tuple[float, ...] = ()   # ±1σ band of iters_to_target from the probe's fitted curve
+
+    def __post_init__(self):
+        times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
+        if self.groups < 1 or self.batch_size < 1 or not all(v is None or v >= 0 for v in times):
+            raise ValueError(f"candidate {self.layout!r} {self.protocol} g={self.groups}: needs groups >= 1, "
+                             "batch_size >= 1 and times >= 0")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from typing import Callable
 
 import numpy as np
 import torch
@@ -63,8 +64,12 @@ class Emulator:
 
 
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
-              max_seconds: float, seed: int, eval_every: int = 10) -> ProbeResult:
-    """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out."""
+              max_seconds: float, seed: int, eval_every: int = 10,
+              on_eval: Callable[[int, float], bool] = lambda it, acc: False) -> ProbeResult:
+    """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out.
+
+    `on_eval(iteration, accuracy)` sees every evaluation; returning True stops the probe (pruned).
+    """
     start = time.perf_counter()
     emu = Emulator(wl, train, cfg, seed, seed, max_iters)
     curve: list[tuple[int, float]] = []
@@ -76,6 +81,9 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
         if emu.it % eval_every == 0 or emu.it == max_iters:
             curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
             if curve[-1][1] >= target or time.perf_counter() - start > max_seconds:
+                break
+            if on_eval(*curve[-1]):
+                note = "pruned"
                 break
     return summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start)
 
@@ -119,6 +127,8 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
     estimate = reached
     if reached is not None:
         note = "reached"
+    elif note == "pruned":
+        estimate = None
     elif note != "diverged" and curve:
         estimate = statmodel.extrapolate_iters(iters, acc, target)
         note = "extrapolated" if estimate is not None else f"not reached in {int(iters[-1])} iterations"
@@ -131,9 +141,9 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int,
     """A prober for the optimizer: (config, max_iters) -> ProbeResult on this workload."""
     train, test = wl.build_datasets(data_dir, seed)
 
-    def prober(cfg: ProbeConfig, max_iters: int) -> ProbeResult:
+    def prober(cfg: ProbeConfig, max_iters: int, on_eval=lambda it, acc: False) -> ProbeResult:
         every = max(1, min(10, max_iters // 20))
-        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every)
+        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every, on_eval)
     return prober
 
 

@@ -12,6 +12,10 @@ from omnitune.files import atomic_write_json, load_versioned, to_dict
 SCHEMA_VERSION = 1
 
 
+def _positive(x: float) -> bool:
+    return x > 0 and math.isfinite(x)
+
+
 @dataclass(frozen=True)
 class StepTiming:
     """One device training at one batch size: forward, backward and optimizer step."""
@@ -22,6 +26,8 @@ class StepTiming:
     def __post_init__(self):
         if self.batch_size < 1 or not (self.sec_per_step > 0 and math.isfinite(self.sec_per_step)):
             raise ValueError(f"batch {self.batch_size}: needs batch_size >= 1 and sec_per_step > 0")
+        if not (self.samples_per_s > 0 and math.isfinite(self.samples_per_s)):
+            raise ValueError(f"batch {self.batch_size}: samples_per_s must be positive, got {self.samples_per_s}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class DeviceProfile:
     def __post_init__(self):
         if not self.steps:
             raise ValueError(f"device {self.device_id}: no step timings")
+        if self.max_batch < 1:
+            raise ValueError(f"device {self.device_id}: max_batch must be at least 1, got {self.max_batch}")
 
     @property
     def best(self) -> StepTiming:
@@ -46,11 +54,20 @@ class AllReduceTiming:
     bytes: int
     seconds: float            # median time of one all_reduce of a float32 tensor of `bytes`
 
+    def __post_init__(self):
+        if self.group_size < 2 or self.bytes < 1 or not _positive(self.seconds):
+            raise ValueError(f"all-reduce of {self.bytes} bytes among {self.group_size}: "
+                             "needs group_size >= 2, bytes >= 1 and seconds > 0")
+
 
 @dataclass(frozen=True)
 class P2PTiming:
     bytes: int
     round_trip_s: float       # median time of send(bytes) then recv(bytes) back
+
+    def __post_init__(self):
+        if self.bytes < 1 or not _positive(self.round_trip_s):
+            raise ValueError(f"round trip of {self.bytes} bytes: needs bytes >= 1 and round_trip_s > 0")
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,10 @@ class Network:
     allreduce: tuple[AllReduceTiming, ...]
     p2p: tuple[P2PTiming, ...]
     server_update_s: float               # the parameter server applying one update to the model
+
+    def __post_init__(self):
+        if not _positive(self.server_update_s):
+            raise ValueError(f"server_update_s must be positive, got {self.server_update_s}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,10 @@ class Calibration:
     batch_size: int           # per device
     sec_per_iter: float       # measured: training time / model updates
 
+    def __post_init__(self):
+        if self.groups < 1 or self.batch_size < 1 or not _positive(self.sec_per_iter):
+            raise ValueError(f"calibration {self.layout!r}: needs groups >= 1, batch_size >= 1 and sec_per_iter > 0")
+
 
 @dataclass(frozen=True)
 class HostFacts:
@@ -79,6 +104,10 @@ class HostFacts:
     python: str
     torch: str
     cuda_devices: tuple[str, ...]
+
+    def __post_init__(self):
+        if self.cpu_count < 1:
+            raise ValueError(f"cpu_count must be at least 1, got {self.cpu_count}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,9 @@ class Profile:
     calibration: tuple[Calibration, ...] = ()
 
     def __post_init__(self):
+        if self.model_params < 1 or self.model_bytes < 1:
+            raise ValueError(f"model_params and model_bytes must be at least 1, got {self.model_params}, "
+                             f"{self.model_bytes}")
         measured = {d.device_id for d in self.devices}
         missing = [d.id for d in self.cluster.devices if d.id not in measured]
         if missing:

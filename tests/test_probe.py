@@ -1,3 +1,5 @@
+import pytest
+
 from omnitune.probe import ProbeConfig, make_prober, run_probe
 
 
@@ -26,3 +28,16 @@ def test_same_seed_same_curve(digits):
     prober = make_prober(wl, None, 0.95, seed=3)
     a, b = prober(ProbeConfig(16, 0.05, 0.4, 2), 100), prober(ProbeConfig(16, 0.05, 0.4, 2), 100)
     assert a.curve == b.curve
+
+
+def test_sensing_finds_explicit_momentum_when_synchronous_and_more_with_groups():
+    from omnitune import workload
+    from omnitune.probe import sense_momentum
+
+    wl = workload.load("logreg-digits")
+    train, _ = wl.build_datasets(None, 0)
+    full = len(train)
+    sync = sense_momentum(wl, train, ProbeConfig(full, 0.5, 0.5, 1), steps=30, replicas=2, seed=0)
+    assert sync.total == pytest.approx(0.5, abs=0.02) and abs(sync.implicit) < 0.02
+    four = sense_momentum(wl, train, ProbeConfig(full, 0.5, 0.0, 4), steps=40, replicas=12, seed=0)
+    assert 0.5 < four.implicit < 0.9                       # theory: 1 - 1/4 = 0.75

@@ -53,3 +53,19 @@ def test_interval_brackets_the_estimate_and_widens_with_noise():
     assert lo0 == pytest.approx(hi0) == pytest.approx(400, rel=0.01)
     estimate = statmodel.extrapolate_iters(t, noisy, 0.9)
     assert lo1 < estimate < hi1 and hi1 - lo1 > hi0 - lo0
+
+
+def test_fit_momentum_recovers_heavy_ball_on_a_quadratic():
+    rng = np.random.default_rng(0)
+    h = rng.uniform(0.1, 5.0, size=20)                     # curvatures of a diagonal quadratic
+    lr, mu = 0.05, 0.6
+    w, v, steps, grads = rng.normal(size=20), np.zeros(20), [], []
+    for _ in range(80):
+        g = h * w
+        v = mu * v + g
+        grads.append(g)
+        steps.append(-lr * v)
+        w = w - lr * v
+    reading = statmodel.fit_momentum(np.array(steps), np.array(grads), lr=lr, explicit=mu)
+    assert reading.total == pytest.approx(mu, abs=1e-6) and reading.implicit == pytest.approx(0, abs=1e-6)
+    assert reading.r2 > 0.99
