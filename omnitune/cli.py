@@ -196,12 +196,17 @@ def run(
     max_time_s: float = typer.Option(300.0, help="stop training after this many seconds"),
     eval_every_s: float = typer.Option(0.02, help="seconds between test-set evaluations (at least; and at least 10× one evaluation)"),
     timeout_s: float = typer.Option(120.0, help="a peer silent this long ends the job"),
+    resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
+    replan_every_s: Optional[float] = typer.Option(None, help="re-tune lr and momentum from a checkpoint "
+                                                   "every this many seconds of training (Omnivore's epochs)"),
+    replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune.runtime import job
     try:
         with console.status(f"running {plan_path}…"):
-            summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s)
+            summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
+                              replan_every_s, replan_probe_iters)
     except UserError as e:
         _fail(e)
     table = Table(title=f"run {out_dir}")
@@ -217,6 +222,8 @@ def run(
     out.print(f"{verdict} {summary.target_accuracy} (final accuracy {summary.final_accuracy:.4f}) in "
               f"{summary.iterations} iterations with {summary.processes} processes; updates per group "
               f"{list(summary.updates_per_group)}; results in {out_dir}")
+    if summary.replans:
+        out.print(f"{summary.replans} re-plan(s) took {summary.replan_s:.1f}s (see {out_dir}/replans.jsonl)")
     if not summary.reached_target:
         raise typer.Exit(1)
 

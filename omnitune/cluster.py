@@ -31,9 +31,9 @@ class Device:
         if not self.id:
             raise ValueError("device id must not be empty")
         if self.threads < 1:
-            raise ValueError(f"device {self.id}: threads must be at least 1, got {self.threads}")
+            raise ValueError(f"device {self.id!r}: threads must be at least 1, got {self.threads}")
         if self.kind == "cuda" and self.cuda_index < 0:
-            raise ValueError(f"device {self.id}: a cuda device needs cuda_index >= 0")
+            raise ValueError(f"device {self.id!r}: a cuda device needs cuda_index >= 0")
 
 
 @dataclass(frozen=True)

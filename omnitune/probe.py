@@ -30,9 +30,12 @@ class Emulator:
     staleness draws come from `noise_seed`.
     """
 
-    def __init__(self, wl: Workload, train, cfg: ProbeConfig, init_seed: int, noise_seed: int, max_iters: int):
+    def __init__(self, wl: Workload, train, cfg: ProbeConfig, init_seed: int, noise_seed: int, max_iters: int,
+                 init_state: dict | None = None):
         torch.manual_seed(init_seed)
         self.wl, self.cfg, self.model = wl, cfg, wl.build_model()
+        if init_state is not None:                 # start from a run's checkpoint
+            self.model.load_state_dict(init_state)
         P = num_params(self.model)
         self.w, self.v, self.g = get_params(self.model, torch.empty(P)), torch.zeros(P), torch.empty(P)
         self.taus = statmodel.draw_staleness(np.random.default_rng(noise_seed), cfg.groups, max_iters)
@@ -154,3 +157,19 @@ def sense_implicit(wl: Workload, data_dir: str | None, groups: list[int], lr: fl
     full = min(len(train), 2048)
     return {g: sense_momentum(wl, train, ProbeConfig(full, lr, 0.0, g), steps, replicas, seed).implicit
             for g in groups}
+
+
+def retune_scores(wl: Workload, data_dir: str | None, checkpoint: str, batch: int, groups: int,
+                  grid: list[tuple[float, float]], iters: int, seed: int) -> list[tuple[float, float, float]]:
+    """Omnivore's steady-state re-tuning probes: from a run's checkpoint, train `iters` updates per
+    (lr, momentum) with g's staleness; score = mean of the last 10 training losses (lower is better).
+    """
+    train, _ = wl.build_datasets(data_dir, seed)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
+    out = []
+    for lr, momentum in grid:
+        emu = Emulator(wl, train, ProbeConfig(batch, lr, momentum, groups), seed, seed, iters, init_state=state)
+        losses = [emu.step() for _ in range(iters)]
+        score = float(np.mean(losses[-10:]))
+        out.append((lr, momentum, score if math.isfinite(score) else math.inf))
+    return out

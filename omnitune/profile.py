@@ -39,9 +39,9 @@ class DeviceProfile:
 
     def __post_init__(self):
         if not self.steps:
-            raise ValueError(f"device {self.device_id}: no step timings")
+            raise ValueError(f"device {self.device_id!r}: no step timings")
         if self.max_batch < 1:
-            raise ValueError(f"device {self.device_id}: max_batch must be at least 1, got {self.max_batch}")
+            raise ValueError(f"device {self.device_id!r}: max_batch must be at least 1, got {self.max_batch}")
 
     @property
     def best(self) -> StepTiming:

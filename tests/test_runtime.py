@@ -56,3 +56,36 @@ def test_groups_of_two_all_reduce_inside_and_share_the_server(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "groups", groups, batch=16, momentum=0.4, target=0.85)
     s = job.run(str(plan), str(tmp_path / "run"), max_time_s=90)
     assert s.reached_target and s.processes == 5 and min(s.updates_per_group) > 0
+
+
+def test_resume_goes_on_from_the_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    slow = make_plan(tmp_path / "slow.json", "sync", [["cpu0"]], lr=0.002, target=0.99)
+    first = job.run(str(slow), str(run_dir), max_time_s=0.6)
+    assert not first.reached_target
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.05, target=0.9)
+    s = job.run(str(plan), str(run_dir), max_time_s=60, resume=True)
+    assert s.reached_target and s.iterations > first.iterations
+    assert s.time_to_target_s > first.wall_s - first.eval_s      # the training clock went on
+    metrics = read_metrics(run_dir)
+    assert metrics[0]["iteration"] < first.iterations < metrics[-1]["iteration"]
+
+
+def test_replan_during_a_real_run(tmp_path):
+    plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], lr=0.05, momentum=0.4, target=0.985)
+    run_dir = tmp_path / "run"
+    s = job.run(str(plan), str(run_dir), max_time_s=8, replan_every_s=0.5, replan_probe_iters=15)
+    records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
+    assert s.replans == len(records) >= 1 and s.replan_s > 0
+    for r in records:
+        assert {"before", "after", "scores", "iteration", "train_s"} <= set(r)
+        best = min(r["scores"], key=lambda x: x["loss"])
+        assert r["after"]["lr"] == best["lr"]
+    assert json.loads((run_dir / "summary.json").read_text())["replans"] == s.replans
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    from omnitune.errors import UserError
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
+    with pytest.raises(UserError, match="no checkpoint.pt"):
+        job.run(str(plan), str(tmp_path / "empty"), resume=True)

@@ -9,6 +9,7 @@ import torch
 
 from omnitune.cluster import Device
 from omnitune.plan import Plan
+from omnitune.runtime.checkpoint import Start
 from omnitune.runtime.topology import Role
 from omnitune.workload import Workload
 
@@ -21,6 +22,8 @@ class JobArgs:
     max_time_s: float
     eval_every_s: float
     timeout_s: float
+    resume_from: str | None = None     # a checkpoint to start from
+    stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Context:
     model: torch.nn.Module
     train: torch.utils.data.Dataset
     test: torch.utils.data.Dataset
+    start: Start = Start()
 
     @property
     def run_dir(self) -> Path:

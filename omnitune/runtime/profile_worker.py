@@ -85,12 +85,13 @@ def time_p2p(sizes: list[int], repeats: int) -> list[P2PTiming]:
 
 
 def time_server_update(model: torch.nn.Module, repeats: int) -> float:
+    from omnitune.runtime.checkpoint import Start, make_optimizer
     from omnitune.runtime.flat import get_params, num_params
-    from omnitune.runtime.server import apply_update, make_optimizer
+    from omnitune.runtime.server import apply_update
 
     torch.set_num_threads(1)                          # the server runs with one thread
     model = model.cpu()
-    opt = make_optimizer(model, lr=1e-3, momentum=0.9)
+    opt = make_optimizer(model, lr=1e-3, momentum=0.9, start=Start())
     grad, weights = torch.randn(num_params(model)) * 1e-3, torch.zeros(num_params(model))
 
     def update():

@@ -10,15 +10,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, num_params, set_grads
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.summary import RunSummary, finite_or_none, save
 from omnitune.runtime.topology import group_ranks
-
-
-def make_optimizer(model: torch.nn.Module, lr: float, momentum: float) -> torch.optim.SGD:
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
 
 
 def apply_update(model: torch.nn.Module, opt: torch.optim.Optimizer, grad: torch.Tensor) -> None:
@@ -32,7 +29,7 @@ def serve(ctx: Context) -> dict:
 
     model = ctx.model
     P = num_params(model)
-    opt = make_optimizer(model, ctx.plan.lr, ctx.plan.momentum)
+    opt = checkpoint.make_optimizer(model, ctx.plan.lr, ctx.plan.momentum, ctx.start)
     leaders = [r[0] for r in group_ranks(ctx.plan)]
     updates = {leader: 0 for leader in leaders}
     msg, reply = torch.zeros(P + 3), torch.zeros(P + 2)
@@ -52,19 +49,17 @@ def serve(ctx: Context) -> dict:
         get_params(model, reply[:P])
         reply[P], reply[P + 1] = float(stopping), clock
         dist.send(reply, dst=src)
-    return finish(ctx, monitor, opt, clock, [updates[leader] for leader in leaders],
+    return finish(ctx, monitor, opt, ctx.start.iteration + clock, [updates[leader] for leader in leaders],
                   mean_staleness=staleness_sum / max(clock, 1))
 
 
 def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
            mean_staleness: float) -> dict:
     """Evaluate once more, then write the checkpoint and summary.json (the coordinator's job)."""
-    from omnitune.runtime.worker import save_checkpoint
-
     if monitor.evaluations == 0 or monitor.time_to_target_s is None:
         monitor.evaluate(ctx.model, iterations)
     wall = monitor.elapsed()
-    save_checkpoint(ctx, opt, iterations)
+    checkpoint.save(ctx.run_dir / "checkpoint.pt", ctx.model, opt, iterations, wall - monitor.eval_s)
     pred = ctx.plan.prediction
     summary = RunSummary(
         schema_version=1,
@@ -76,7 +71,7 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
         target_accuracy=ctx.plan.target_accuracy,
         predicted_time_to_target_s=finite_or_none(pred.time_to_target_s),
         predicted_sec_per_iter=pred.sec_per_iter,
-        measured_sec_per_iter=(wall - monitor.eval_s) / max(iterations, 1),
+        measured_sec_per_iter=(wall - monitor.eval_s - ctx.start.train_s) / max(iterations - ctx.start.iteration, 1),
         wall_s=wall,
         eval_s=monitor.eval_s,
         plan=ctx.job.plan_path,

@@ -31,6 +31,8 @@ class RunSummary:
     updates_per_group: tuple[int, ...]
     mean_staleness: float           # server clock minus the clock of the weights a gradient used
     evaluations: int
+    replans: int = 0                # re-plans during the run (omnitune run --replan-every-s)
+    replan_s: float = 0.0           # wall time they took (probes), not counted in time_to_target_s
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):

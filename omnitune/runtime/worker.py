@@ -8,14 +8,13 @@ the parameter server and the group continues from the weights it sends back (Omn
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from omnitune import env, plan as plan_mod, workload as workload_mod
-from omnitune.files import atomic_write_bytes
+from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, torch_device
 from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
@@ -52,8 +51,9 @@ def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None
     device = torch_device(role.device)
     torch.manual_seed(plan.seed)                # identical initial weights on every rank
     model = wl.build_model().to(device)
-    torch.manual_seed(plan.seed + role.rank)
-    ctx = Context(job, plan, role, device, wl, model, train, test)
+    start = checkpoint.load(job.resume_from, model)
+    torch.manual_seed(plan.seed + role.rank + start.iteration)
+    ctx = Context(job, plan, role, device, wl, model, train, test, start)
     dist.barrier()
     if role.kind == "server":
         from omnitune.runtime.server import serve
@@ -62,8 +62,10 @@ def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None
 
 
 def new_monitor(ctx: Context) -> Monitor:
-    return Monitor(ctx.workload, ctx.test, ctx.plan.target_accuracy, ctx.job.max_time_s,
-                   ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl")
+    monitor = Monitor(ctx.workload, ctx.test, ctx.plan.target_accuracy, min(ctx.job.max_time_s, ctx.job.stop_at_s),
+                      ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl")
+    monitor.start -= ctx.start.train_s          # the clock goes on from the checkpoint
+    return monitor
 
 
 def compute_grads(ctx: Context, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -80,11 +82,12 @@ def train_worker(ctx: Context, group) -> dict | None:
     # buf = [weighted gradient (P) | weighted loss | batch size | stop flag]
     buf = torch.zeros(P + 3, device=buffer_device(plan, role, ctx.device))
     reply = torch.zeros(P + 2, device=buf.device)      # [weights (P) | stop flag | server clock]
-    opt = torch.optim.SGD(model.parameters(), lr=plan.lr, momentum=plan.momentum)
+    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
     monitor = new_monitor(ctx) if role.coordinator else None
-    stop, iterations = 0.0, 0
+    stop, iterations = 0.0, ctx.start.iteration
     n_workers = len(plan.devices)
-    for x, y in batches(ctx.train, role.batch_size, plan.seed, role.shard, n_workers):
+    # A resumed job draws a fresh data order rather than replaying the first epoch's.
+    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n_workers):
         loss = compute_grads(ctx, x, y)
         iterations += 1
         if n_workers == 1 and not plan.server:      # a single replica: nothing to average
@@ -134,8 +137,3 @@ def exchange_with_server(ctx: Context, group, buf: torch.Tensor, reply: torch.Te
     return bool(reply[P] > 0)
 
 
-def save_checkpoint(ctx: Context, opt: torch.optim.Optimizer, iterations: int) -> None:
-    state = {"model": ctx.model.state_dict(), "optimizer": opt.state_dict(), "iteration": iterations}
-    data = io.BytesIO()
-    torch.save(state, data)
-    atomic_write_bytes(ctx.run_dir / "checkpoint.pt", data.getvalue())

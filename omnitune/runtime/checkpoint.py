@@ -1,0 +1,57 @@
+"""Checkpoints: written atomically by the coordinator, loaded with weights_only=True.
+
+A checkpoint holds the model, the optimizer's state (the momentum buffers), the iteration and
+the training time so far, so a later job (a resume, or the next segment after a re-plan) goes
+on where this one stopped, with the clock and counters continuing.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from omnitune.errors import UserError
+from omnitune.files import atomic_write_bytes
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a job starts: from scratch, or from a checkpoint."""
+    iteration: int = 0
+    train_s: float = 0.0
+    optimizer: dict | None = None
+
+
+def save(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, iteration: int, train_s: float) -> None:
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": iteration,
+             "train_s": train_s}
+    data = io.BytesIO()
+    torch.save(state, data)
+    atomic_write_bytes(path, data.getvalue())
+
+
+def load(path: str | None, model: torch.nn.Module) -> Start:
+    """Load weights into `model`; return the counters and optimizer state to continue from."""
+    if path is None:
+        return Start()
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+    except FileNotFoundError:
+        raise UserError(f"{path}: checkpoint not found") from None
+    except (RuntimeError, KeyError, EOFError) as e:
+        raise UserError(f"{path}: not a checkpoint of this model ({str(e).splitlines()[0]})") from None
+    return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"])
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start) -> torch.optim.SGD:
+    """SGD with the plan's learning rate and momentum, keeping a checkpoint's momentum buffers."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    if start.optimizer is not None:
+        opt.load_state_dict(start.optimizer)
+        for group in opt.param_groups:          # a re-plan may have changed them
+            group["lr"], group["momentum"] = lr, momentum
+    return opt
