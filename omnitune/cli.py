@@ -228,6 +228,17 @@ def run(
         raise typer.Exit(1)
 
 
+@app.command()
+def report(path: Path = typer.Argument(..., help="a run dir or a plan file")):
+    """Plot a plan's candidates, or a run's curves against its prediction, as PNG."""
+    from omnitune import report as report_mod
+    try:
+        written = report_mod.report(path)
+    except UserError as e:
+        _fail(e)
+    out.print(f"wrote {written}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

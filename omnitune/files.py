@@ -184,5 +184,5 @@ def load_versioned(path: str | os.PathLike, cls: type, supported: tuple[int, ...
         raise UserError(f"{path}: expected a JSON object at the top level")
     version = data.get("schema_version")
     if version not in supported:
-        raise UserError(f"{path}: schema_version {version!r} is not one of {list(supported)}")
+        raise UserError(f"{path}: schema_version {_show(version)} is not one of {list(supported)}")
     return from_dict(cls, data, str(path))

@@ -316,7 +316,8 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
         protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
         batch_size={d.id: c.batch for d in devices}, lr=c.lr, momentum=c.momentum,
         implicit_momentum=implicit_of(c.g, implicit),
-        prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s),
+        prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
+                              tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,
         server_host=cluster.server_host, created_at=created_at)
 

@@ -19,6 +19,7 @@ class Prediction:
     sec_per_iter: float
     iters_to_target: float           # inf when the probes say the target is out of reach
     time_to_target_s: float
+    curve: tuple[tuple[float, float], ...] = ()   # the winner's probe: (iteration, test accuracy)
 
     def __post_init__(self):
         if not all(v >= 0 for v in (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)):

@@ -132,6 +132,10 @@ class Profile:
         missing = [d.id for d in self.cluster.devices if d.id not in measured]
         if missing:
             raise ValueError(f"devices: no measurements for {missing}")
+        for cal in self.calibration:
+            if not 1 <= cal.groups <= len(self.cluster.layouts.get(cal.layout, ())):
+                raise ValueError(f"calibration: layout {cal.layout!r} with {cal.groups} groups does not fit "
+                                 f"the cluster's layouts {sorted(self.cluster.layouts)}")
 
     def device(self, device_id: str) -> DeviceProfile:
         return next(d for d in self.devices if d.device_id == device_id)

@@ -57,6 +57,11 @@ def test_run_bad_input(tmp_path):
                   "--max-time-s")
 
 
+def test_report_bad_input(tmp_path):
+    fails_cleanly(["report", str(tmp_path)], "not a run dir")
+    fails_cleanly(["report", str(tmp_path / "nope.json")], "file not found")
+
+
 def test_profile_bad_input(tmp_path):
     fails_cleanly(["profile", "--workload", "nope", "--out", str(tmp_path / "p.json")], "unknown workload")
     (tmp_path / "c.yaml").write_text("nodes: []\n")
@@ -105,3 +110,8 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reached_target"] and summary["predicted_time_to_target_s"] > 0
+    for target, png in ((plan, plan.with_suffix(".png")), (run_dir, run_dir / "report.png")):
+        r = runner.invoke(app, ["report", str(target)])
+        assert r.exit_code == 0, r.output
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plan.with_suffix(".study.db").is_file()       # the probes, kept for a resumed `plan`

@@ -1,0 +1,85 @@
+"""`omnitune report`: PNG plots of a plan (its candidates) or a run (its curves against the plan)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from omnitune import plan as plan_mod
+from omnitune.errors import UserError
+from omnitune.runtime import summary as summary_mod
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_plan(plan: plan_mod.Plan, out: Path) -> Path:
+    """Seconds per iteration against iterations to target, with lines of equal time to target."""
+    plt = _pyplot()
+    probed = [c for c in plan.candidates if c.iters_to_target is not None]
+    if not probed:
+        raise UserError(f"{plan.profile}: the plan has no probed candidates to plot")
+    fig, ax = plt.subplots(figsize=(7, 5))
+    x = np.array([c.sec_per_iter * 1e3 for c in probed])
+    y = np.array([c.iters_to_target for c in probed])
+    for i, proto in enumerate(sorted({c.protocol for c in probed})):
+        mask = np.array([c.protocol == proto for c in probed])
+        ax.scatter(x[mask], y[mask], color=f"C{i}", label=proto, alpha=0.8)
+    xs = np.geomspace(x.min() / 1.5, x.max() * 1.5, 50)
+    best = plan.prediction.time_to_target_s
+    for t in best * np.array([1, 1.5, 2, 4]):
+        ax.plot(xs, t / (xs / 1e3), "k:", lw=0.8)
+        ax.annotate(f"{t:.2g} s", (xs[-1], t / (xs[-1] / 1e3)), fontsize=7, ha="right")
+    ax.scatter([plan.prediction.sec_per_iter * 1e3], [plan.prediction.iters_to_target], s=160,
+               facecolors="none", edgecolors="red", label="chosen")
+    ax.set(xscale="log", yscale="log", xlabel="predicted ms per iteration (hardware efficiency)",
+           ylabel="iterations to target (statistical efficiency)",
+           title=f"{plan.workload}: candidates and time-to-target contours", ylim=(y.min() / 1.5, y.max() * 1.5))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_run(run_dir: Path, out: Path) -> Path:
+    """Accuracy and loss over training time, with the plan's predicted accuracy curve."""
+    plt = _pyplot()
+    summary = summary_mod.load(run_dir / "summary.json")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    plan = plan_mod.load(summary.plan) if Path(summary.plan).is_file() else None
+    t = [m["train_s"] for m in metrics]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    a1.plot(t, [m["test_accuracy"] for m in metrics], "o-", ms=3, label="measured")
+    if plan is not None and plan.prediction.curve:
+        pc = np.array(plan.prediction.curve)
+        a1.plot(pc[:, 0] * plan.prediction.sec_per_iter, pc[:, 1], "--", label="predicted (probe × s/iter)")
+    a1.axhline(summary.target_accuracy, color="grey", lw=0.8, label="target")
+    if summary.time_to_target_s is not None:
+        a1.axvline(summary.time_to_target_s, color="green", lw=0.8, label="reached")
+    a1.set(xlabel="training time (s)", ylabel="test accuracy", title="accuracy")
+    a1.legend(fontsize=8)
+    a2.plot(t, [m["test_loss"] for m in metrics], label="test loss")
+    a2.plot(t, [m["train_loss"] if m["train_loss"] is not None else np.nan for m in metrics], label="train loss")
+    a2.set(xlabel="training time (s)", ylabel="loss", yscale="log", title="loss")
+    a2.legend(fontsize=8)
+    fig.suptitle(f"{run_dir}: {summary.protocol}, {summary.processes} processes", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def report(path: Path) -> Path:
+    """A run dir gives RUN_DIR/report.png; a plan file gives PLAN.png beside it."""
+    if path.is_dir():
+        if not (path / "summary.json").is_file():
+            raise UserError(f"{path}: not a run dir (no summary.json)")
+        return plot_run(path, path / "report.png")
+    return plot_plan(plan_mod.load(path), path.with_suffix(".png"))
