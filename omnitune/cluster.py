@@ -26,12 +26,17 @@ class Device:
     host: str = LOOPBACK
     threads: int = 1          # torch intra-op threads of this worker process
     cuda_index: int = -1      # which GPU of its host, for kind == "cuda"
+    # EMULATION, for experiments on one machine: each training step is stretched to this many
+    # times its real duration (the worker sleeps for the difference).
+    emulated_slowdown: float = 1.0
 
     def __post_init__(self):
         if not self.id:
             raise ValueError("device id must not be empty")
         if self.threads < 1:
             raise ValueError(f"device {self.id!r}: threads must be at least 1, got {self.threads}")
+        if not 1.0 <= self.emulated_slowdown <= 1000.0:
+            raise ValueError(f"device {self.id!r}: emulated_slowdown must be in [1, 1000], got {self.emulated_slowdown}")
         if self.kind == "cuda" and self.cuda_index < 0:
             raise ValueError(f"device {self.id!r}: a cuda device needs cuda_index >= 0")
 
@@ -87,6 +92,7 @@ class NodeSpec:
     host: str = LOOPBACK
     cpu_workers: tuple[int, ...] = (1,)   # threads of each CPU worker on this host
     gpus: tuple[int, ...] = ()            # CUDA indices on this host
+    emulated_slowdown: tuple[float, ...] = ()  # EMULATION: per CPU worker, steps take this many times longer
 
 
 @dataclass(frozen=True)
@@ -128,10 +134,17 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     devices = []
     for n, node in enumerate(spec.nodes):
         prefix = "" if len(spec.nodes) == 1 else f"n{n}-"
+        slow = node.emulated_slowdown
+        if slow and len(slow) != len(node.cpu_workers):
+            raise UserError(f"{path}: nodes[{n}].emulated_slowdown: needs one factor per cpu_workers entry")
         for i, threads in enumerate(node.cpu_workers):
             if threads < 1:
                 raise UserError(f"{path}: nodes[{n}].cpu_workers[{i}]: threads must be at least 1")
-            devices.append(Device(f"{prefix}cpu{i}", "cpu", host=node.host, threads=threads))
+            try:
+                devices.append(Device(f"{prefix}cpu{i}", "cpu", host=node.host, threads=threads,
+                                      emulated_slowdown=slow[i] if slow else 1.0))
+            except ValueError as e:
+                raise UserError(f"{path}: nodes[{n}]: {e}") from None
         devices += [Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g) for g in node.gpus]
     if not devices:
         raise UserError(f"{path}: nodes: no cpu_workers or gpus listed")

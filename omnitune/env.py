@@ -16,3 +16,12 @@ def world_size() -> int:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def rendezvous_store():
+    """A client of the job's rendezvous key-value store (torchelastic's, at MASTER_ADDR:MASTER_PORT)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=timedelta(seconds=120))

@@ -11,7 +11,9 @@ from omnitune.cluster import Device
 from omnitune.files import atomic_write_json, load_versioned, to_dict
 
 SCHEMA_VERSION = 1
-Protocol = Literal["sync", "groups"]
+Protocol = Literal["sync", "groups", "softsync", "hpsgd", "gossip"]
+SERVER_PROTOCOLS = ("groups", "softsync")      # a parameter-server process joins the workers
+ONE_GROUP_PROTOCOLS = ("sync", "hpsgd", "gossip")  # every device in one group
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class Plan:
     rendezvous: str
     server_host: str
     created_at: str
+    softsync_n: int = 1                        # softsync: update after ceil(learners / n) gradients
+    scale_lr_by_staleness: bool = True         # softsync: each gradient's step is lr / staleness (Rudra)
+    gossip_every: int = 1                      # gossip: average with a random peer every this many steps
+    rebalance: bool = False                    # re-balance batches in a group from measured step times
 
     def __post_init__(self):
         if not 0 < self.target_accuracy <= 1:
@@ -81,15 +87,21 @@ class Plan:
         grouped = [i for g in self.groups for i in g]
         if sorted(grouped) != sorted(ids) or any(not g for g in self.groups):
             raise ValueError(f"groups {self.groups} must split the devices {ids} into non-empty groups")
-        if self.protocol == "sync" and len(self.groups) != 1:
-            raise ValueError(f"protocol sync takes one group, got {len(self.groups)}")
+        if self.protocol in ONE_GROUP_PROTOCOLS and len(self.groups) != 1:
+            raise ValueError(f"protocol {self.protocol} takes one group, got {len(self.groups)}")
+        if self.protocol == "softsync" and any(len(g) != 1 for g in self.groups):
+            raise ValueError("protocol softsync takes one device per group (each a learner)")
+        if not 1 <= self.softsync_n <= len(self.groups) and self.protocol == "softsync":
+            raise ValueError(f"softsync_n must be in 1..{len(self.groups)} (the learners), got {self.softsync_n}")
+        if self.gossip_every < 1:
+            raise ValueError(f"gossip_every must be at least 1, got {self.gossip_every}")
         if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
             raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
 
     @property
     def server(self) -> bool:
         """Whether a parameter-server process joins the workers."""
-        return self.protocol != "sync"
+        return self.protocol in SERVER_PROTOCOLS
 
     @property
     def processes(self) -> int:

@@ -24,6 +24,7 @@ from omnitune import workload as workload_mod
 from omnitune.cluster import Cluster, Device
 from omnitune.errors import UserError
 from omnitune.plan import Plan
+from omnitune.runtime.context import emulate_slowdown
 from omnitune.profile import (AllReduceTiming, DeviceProfile, HostFacts, Network, P2PTiming,
                               Profile, StepTiming)
 
@@ -73,8 +74,8 @@ def _median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callab
 class StepTimer:
     """Times one training step on one device: draw a batch, forward, backward, SGD step."""
 
-    def __init__(self, wl: workload_mod.Workload, train, device: torch.device):
-        self.wl, self.train, self.device = wl, train, device
+    def __init__(self, wl: workload_mod.Workload, train, device: torch.device, emulated: Device | None = None):
+        self.wl, self.train, self.device, self.emulated = wl, train, device, emulated
         torch.manual_seed(0)
         self.model = wl.build_model().to(device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
@@ -86,10 +87,12 @@ class StepTimer:
 
         def step():
             # The batch is drawn inside the timed step, as the runtime's loop draws it.
+            started = time.perf_counter()
             x, y = next(stream)
             self.opt.zero_grad()
             self.wl.loss_fn(self.model(x.to(self.device)), y.to(self.device)).backward()
             self.opt.step()
+            emulate_slowdown(self.emulated, started)
         try:
             return _median_time(step, s.repeats, s.warmup, self.sync)
         except torch.OutOfMemoryError:
@@ -199,6 +202,6 @@ def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:
 
     threads = torch.get_num_threads()
     try:
-        return measure_steps(StepTimer(wl, train, torch_device(device)), s)
+        return measure_steps(StepTimer(wl, train, torch_device(device), device), s)
     finally:
         torch.set_num_threads(threads)

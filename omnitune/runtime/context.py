@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,6 +38,8 @@ class Context:
     train: torch.utils.data.Dataset
     test: torch.utils.data.Dataset
     start: Start = Start()
+    step_times: list = field(default_factory=list)   # seconds of each local compute step
+    batch_times: dict = field(default_factory=dict)  # mean step seconds at each batch size run
 
     @property
     def run_dir(self) -> Path:
@@ -51,6 +54,13 @@ def torch_device(device: Device | None) -> torch.device:
         return torch.device("cuda", device.cuda_index)
     torch.set_num_threads(device.threads if device is not None else 1)
     return torch.device("cpu")
+
+
+def emulate_slowdown(device: Device | None, started: float) -> None:
+    """EMULATION of a slower device: stretch the step begun at `started` by its slowdown factor."""
+    if device is not None and device.emulated_slowdown > 1.0:
+        elapsed = time.perf_counter() - started
+        time.sleep((device.emulated_slowdown - 1.0) * elapsed)
 
 
 def backend(plan: Plan) -> str:

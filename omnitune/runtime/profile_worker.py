@@ -129,7 +129,7 @@ def main(job: ProfileJob) -> dict:
     try:
         wl = workload_mod.load(job.workload)
         train, test = wl.build_datasets(job.data_dir, 0)
-        timer = StepTimer(wl, train, torch_dev)
+        timer = StepTimer(wl, train, torch_dev, device)
         result: dict = {"rank": rank}
         if device is not None:
             result.update(device_id=device.id, steps=measure_steps(timer, job.settings, barrier=dist.barrier))

@@ -7,6 +7,8 @@ steps, then answers [weights | stop | its clock]. Staleness = server clock − t
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -43,18 +45,71 @@ def serve(ctx: Context) -> dict:
             clock += 1
             updates[src] += 1
             monitor.record_loss(float(msg[P]))
-            stopping = monitor.check(model, clock)
+            stopping = monitor.check(model, ctx.start.iteration + clock)
         if stopping:
             done.add(src)
-        get_params(model, reply[:P])
-        reply[P], reply[P + 1] = float(stopping), clock
-        dist.send(reply, dst=src)
+        send_weights(model, reply, stopping, clock, [src])
     return finish(ctx, monitor, opt, ctx.start.iteration + clock, [updates[leader] for leader in leaders],
                   mean_staleness=staleness_sum / max(clock, 1))
 
 
+def send_weights(model: torch.nn.Module, reply: torch.Tensor, stopping: bool, clock: int, dsts) -> None:
+    P = reply.numel() - 2
+    get_params(model, reply[:P])
+    reply[P], reply[P + 1] = float(stopping), clock
+    for dst in dsts:
+        dist.send(reply, dst=dst)
+
+
+def serve_softsync(ctx: Context) -> dict:
+    """Rudra's n-softsync: one update per ceil(learners / n) gradients, each scaled by 1/staleness.
+
+    A gradient's staleness is the server clock minus the clock of the weights it was computed on
+    (at least 1 in the divisor). n = 1 waits for every learner; n = learners updates on each one.
+    """
+    from omnitune.runtime.worker import new_monitor
+
+    model, plan = ctx.model, ctx.plan
+    P = num_params(model)
+    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
+    learners = [r[0] for r in group_ranks(plan)]
+    per_update = math.ceil(len(learners) / plan.softsync_n)
+    received = {r: 0 for r in learners}
+    msg, reply, grad = torch.zeros(P + 3), torch.zeros(P + 2), torch.zeros(P)
+    monitor = new_monitor(ctx)
+    clock, stopping, done, pending = 0, False, set(), []
+    stale_sum, scale_sum = 0.0, 0.0
+    while len(done) < len(learners):
+        src = dist.recv(msg)
+        if stopping:
+            send_weights(model, reply, True, clock, [src])
+            done.add(src)
+            continue
+        sigma = clock - float(msg[P + 2])
+        scale = 1.0 / max(sigma, 1.0) if plan.scale_lr_by_staleness else 1.0
+        grad.add_(msg[:P], alpha=scale / per_update)
+        pending.append(src)
+        received[src] += 1
+        stale_sum, scale_sum = stale_sum + sigma, scale_sum + scale
+        monitor.record_loss(float(msg[P]))
+        if len(pending) < min(per_update, len(learners) - len(done)):
+            continue
+        apply_update(model, opt, grad)
+        grad.zero_()
+        clock += 1
+        stopping = monitor.check(model, ctx.start.iteration + clock)
+        send_weights(model, reply, stopping, clock, pending)
+        if stopping:
+            done.update(pending)
+        pending = []
+    n_grads = max(sum(received.values()), 1)
+    return finish(ctx, monitor, opt, ctx.start.iteration + clock, [received[r] for r in learners],
+                  mean_staleness=stale_sum / n_grads,
+                  stats={"gradients_per_update": per_update, "mean_lr_scale": scale_sum / n_grads})
+
+
 def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
-           mean_staleness: float) -> dict:
+           mean_staleness: float, stats: dict[str, float] | None = None) -> dict:
     """Evaluate once more, then write the checkpoint and summary.json (the coordinator's job)."""
     if monitor.evaluations == 0 or monitor.time_to_target_s is None:
         monitor.evaluate(ctx.model, iterations)
@@ -80,6 +135,7 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
         updates_per_group=tuple(updates_per_group),
         mean_staleness=mean_staleness,
         evaluations=monitor.evaluations,
+        protocol_stats=dict(stats or {}),
     )
     save(summary, ctx.run_dir / "summary.json")
     from omnitune.files import to_dict

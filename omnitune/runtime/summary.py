@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omnitune.files import atomic_write_json, load_versioned, to_dict
 
@@ -31,6 +31,7 @@ class RunSummary:
     updates_per_group: tuple[int, ...]
     mean_staleness: float           # server clock minus the clock of the weights a gradient used
     evaluations: int
+    protocol_stats: dict[str, float] = field(default_factory=dict)   # e.g. disagreement (gossip)
     replans: int = 0                # re-plans during the run (omnitune run --replan-every-s)
     replan_s: float = 0.0           # wall time they took (probes), not counted in time_to_target_s
 

@@ -8,6 +8,7 @@ the parameter server and the group continues from the weights it sends back (Omn
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -15,7 +16,7 @@ import torch.distributed as dist
 
 from omnitune import env, plan as plan_mod, workload as workload_mod
 from omnitune.runtime import checkpoint
-from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, torch_device
+from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, emulate_slowdown, torch_device
 from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.topology import group_ranks, roles
@@ -56,8 +57,11 @@ def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None
     ctx = Context(job, plan, role, device, wl, model, train, test, start)
     dist.barrier()
     if role.kind == "server":
-        from omnitune.runtime.server import serve
-        return serve(ctx)
+        from omnitune.runtime.server import serve, serve_softsync
+        return serve_softsync(ctx) if plan.protocol == "softsync" else serve(ctx)
+    if plan.protocol in ("hpsgd", "gossip"):
+        from omnitune.runtime import peer
+        return (peer.train_hpsgd if plan.protocol == "hpsgd" else peer.train_gossip)(ctx, pgs[role.group])
     return train_worker(ctx, pgs[role.group])
 
 
@@ -69,10 +73,14 @@ def new_monitor(ctx: Context) -> Monitor:
 
 
 def compute_grads(ctx: Context, x: torch.Tensor, y: torch.Tensor) -> float:
+    started = time.perf_counter()
     ctx.model.zero_grad(set_to_none=False)
     loss = ctx.workload.loss_fn(ctx.model(x.to(ctx.device)), y.to(ctx.device))
     loss.backward()
-    return float(loss.detach())
+    value = float(loss.detach())
+    emulate_slowdown(ctx.role.device, started)
+    ctx.step_times.append(time.perf_counter() - started)
+    return value
 
 
 def train_worker(ctx: Context, group) -> dict | None:
@@ -86,8 +94,17 @@ def train_worker(ctx: Context, group) -> dict | None:
     monitor = new_monitor(ctx) if role.coordinator else None
     stop, iterations = 0.0, ctx.start.iteration
     n_workers = len(plan.devices)
+    batch = role.batch_size
     # A resumed job draws a fresh data order rather than replaying the first epoch's.
-    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n_workers):
+    stream = batches(ctx.train, batch, plan.seed + iterations, role.shard, n_workers)
+    epoch = max(10, len(ctx.train) // (n_workers * batch))
+    balance: dict[str, float] = {}
+    while True:
+        if plan.rebalance and len(role.group_ranks) > 1 and iterations > ctx.start.iteration \
+                and (iterations - ctx.start.iteration) % epoch == 0:
+            batch, balance = rebalance(ctx, group, batch)
+            stream = batches(ctx.train, batch, plan.seed + iterations, role.shard, n_workers)
+        x, y = next(stream)
         loss = compute_grads(ctx, x, y)
         iterations += 1
         if n_workers == 1 and not plan.server:      # a single replica: nothing to average
@@ -115,25 +132,40 @@ def train_worker(ctx: Context, group) -> dict | None:
             stop = float(monitor.check(model, iterations))
     if monitor:
         from omnitune.runtime.server import finish
-        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=0.0)
+        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=0.0, stats=balance)
     return None
 
 
-def exchange_with_server(ctx: Context, group, buf: torch.Tensor, reply: torch.Tensor, P: int) -> bool:
-    """The leader sends the group's gradient and gets fresh weights; the group shares them.
+def rebalance(ctx: Context, group, batch: int) -> tuple[int, dict[str, float]]:
+    """Performance-aware batch sizes (Ji et al. 2019): batches that make every member's step take
+    the same time, keeping the group's total batch.
 
-    Returns whether the server said to stop.
+    Each member models its step time as t(b) = alpha + beta * b from the last two batch sizes it
+    ran (at first, alpha = 0: time proportional to batch). Equal times T give
+    b_i = (T - alpha_i) / beta_i with T = (B + sum alpha_i / beta_i) / sum (1 / beta_i).
+    Proportional-to-speed shares would instead starve a slow member: its small batch runs less
+    efficiently, so it measures slower still, and the shares run away.
     """
-    role = ctx.role
-    if role.leader:
-        buf[P + 2] = reply[P + 1]                        # the clock of the weights we computed on
-        dist.send(buf.cpu(), dst=0)
-        answer = torch.empty(reply.numel())
-        dist.recv(answer, src=0)
-        reply.copy_(answer)
-    if len(role.group_ranks) > 1:
-        dist.broadcast(reply, src=role.group_ranks[0], group=group)
-    set_params(ctx.model, reply[:P])
-    return bool(reply[P] > 0)
+    ranks = ctx.role.group_ranks
+    k, i = len(ranks), ranks.index(ctx.role.rank)
+    recent = ctx.step_times[-20:]
+    ctx.batch_times[batch] = sum(recent) / len(recent)
+    alpha, beta = step_time_line(ctx.batch_times, batch)
+    info = torch.zeros(3 * k, dtype=torch.float64)
+    info[i], info[k + i], info[2 * k + i] = alpha, beta, batch
+    dist.all_reduce(info, group=group)
+    a, bt, total = info[:k], info[k:2 * k], float(info[2 * k:].sum())
+    T = (total + float((a / bt).sum())) / float((1 / bt).sum())
+    new = [max(1, round(float((T - a[j]) / bt[j]))) for j in range(k)]
+    return new[i], {f"batch_rank{r}": float(b) for r, b in zip(ranks, new)}
 
 
+def step_time_line(history: dict[int, float], batch: int) -> tuple[float, float]:
+    """(alpha, beta) of t(b) = alpha + beta * b through the two most recent batch sizes."""
+    sizes = list(history)
+    if len(sizes) >= 2:
+        (b1, t1), (b2, t2) = [(b, history[b]) for b in sizes[-2:]]
+        beta = (t2 - t1) / (b2 - b1)
+        if beta > 0:
+            return max(t2 - beta * b2, 0.0), beta
+    return 0.0, history[batch] / batch

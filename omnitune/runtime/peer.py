@@ -1,0 +1,157 @@
+"""Protocols without a parameter server: hpsgd (overlapped synchronisation) and gossip.
+
+hpsgd (hierarchical parallel SGD): every worker trains a replica L of the global model G. Each
+iteration it commits its local SGD step to L, then waits for the all-reduce of the previous
+iteration's change (L − G), which ran in the background during this iteration's forward and
+backward pass; the average change is merged into G, and L becomes G plus the local progress
+made meanwhile. Communication overlaps computation; gradients are one step stale.
+
+gossip (Jin et al. 2016): no server and no global barrier. Every `gossip_every` iterations each
+worker averages its parameters with one peer, chosen by a random perfect matching that every
+worker derives from the seed and the round number (pull: each fetches the other's weights). The
+coordinator stops the job through the rendezvous store: it names a last round just beyond the
+round any worker has announced, and every worker stops there, so no one waits for a departed peer.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from omnitune import env
+from omnitune.runtime import checkpoint
+from omnitune.runtime.context import Context
+from omnitune.runtime.flat import get_params, num_params, set_params
+from omnitune.workload import batches
+
+
+def train_hpsgd(ctx: Context, group) -> dict | None:
+    from omnitune.runtime.worker import compute_grads, new_monitor
+
+    plan, role, model = ctx.plan, ctx.role, ctx.model
+    P = num_params(model)
+    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
+    monitor = new_monitor(ctx) if role.coordinator else None
+    shadow = copy.deepcopy(model) if monitor else None          # holds G for evaluation
+    G = get_params(model, torch.empty(P))
+    sent_from = G.clone()                                       # L when the change in flight was taken
+    msg = torch.zeros(P + 3)                                    # [change (P) | loss | count | stop]
+    work, stop, iterations = None, 0.0, ctx.start.iteration
+    overlapped = syncs = 0
+    n = len(role.group_ranks)
+    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, len(plan.devices)):
+        loss = compute_grads(ctx, x, y)
+        opt.step()                                              # committed to the replica L
+        iterations += 1
+        L = get_params(model, torch.empty(P))
+        if work is not None:
+            overlapped += int(work.is_completed())              # finished while we computed
+            syncs += 1
+            work.wait()
+            G += msg[:P] / n                                    # merge the average change
+            L = G + (L - sent_from)                             # local progress, rebased on new G
+            set_params(model, L)
+            if msg[P + 2] > 0:
+                break
+            if monitor:
+                monitor.record_loss(float(msg[P]) / n)
+                if monitor.due():
+                    set_params(shadow, G)
+                stop = float(monitor.check(shadow, iterations))
+        msg[:P] = L - G
+        msg[P], msg[P + 1], msg[P + 2] = loss, 1.0, stop
+        sent_from = L
+        work = dist.all_reduce(msg, group=group, async_op=True)
+    if monitor:
+        from omnitune.runtime.server import finish
+        set_params(model, G)
+        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=1.0,
+                      stats={"overlapped_fraction": overlapped / max(syncs, 1)})
+    return None
+
+
+def matching(round_: int, n: int, seed: int) -> list[int]:
+    """A random perfect matching of n workers for one gossip round; partner[i], or -1 (odd n)."""
+    order = np.random.default_rng([seed, round_]).permutation(n)
+    partner = [-1] * n
+    for a, b in zip(order[0::2], order[1::2]):
+        partner[a], partner[b] = int(b), int(a)
+    return partner
+
+
+class StopBoard:
+    """Agreeing on a last round through the rendezvous store, without a barrier."""
+
+    def __init__(self, rank: int, n: int, run_key: str):
+        self.store = env.rendezvous_store()
+        self.rank, self.n, self.prefix = rank, n, f"omnitune/{run_key}/"
+
+    def announce(self, round_: int) -> None:
+        self.store.set(f"{self.prefix}round/{self.rank}", str(round_))
+
+    def last_round(self) -> float:
+        key = f"{self.prefix}stop"
+        return float(self.store.get(key)) if self.store.check([key]) else float("inf")
+
+    def call_stop(self, margin: int = 3) -> None:
+        rounds = self.store.multi_get([f"{self.prefix}round/{i}" for i in range(self.n)])
+        self.store.set(f"{self.prefix}stop", str(max(int(r) for r in rounds) + margin))
+
+
+def train_gossip(ctx: Context, group) -> dict | None:
+    from omnitune.runtime.worker import compute_grads, new_monitor
+
+    plan, role, model = ctx.plan, ctx.role, ctx.model
+    P = num_params(model)
+    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
+    monitor = new_monitor(ctx) if role.coordinator else None
+    me, n = role.shard, len(plan.devices)
+    ranks = role.group_ranks
+    board = StopBoard(me, n, "gossip")
+    mine, theirs = torch.empty(P), torch.empty(P)
+    iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
+    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n):
+        loss = compute_grads(ctx, x, y)
+        opt.step()
+        iterations += 1
+        if monitor:
+            monitor.record_loss(loss)
+            if not stopping and monitor.check(model, iterations):
+                board.call_stop()
+                stopping = True
+        if iterations % plan.gossip_every:
+            continue
+        board.announce(round_)
+        if round_ >= board.last_round():
+            break
+        partner = matching(round_, n, plan.seed)[me]
+        round_ += 1
+        if partner < 0:
+            continue
+        get_params(model, mine)
+        reqs = [dist.isend(mine, dst=ranks[partner]), dist.irecv(theirs, src=ranks[partner])]
+        for r in reqs:
+            r.wait()
+        set_params(model, (mine + theirs) / 2)
+        exchanges[partner] = exchanges.get(partner, 0) + 1
+    stats = disagreement(model, P, group)
+    stats.update(rounds=round_, peers=len(exchanges), exchanges=sum(exchanges.values()))
+    if monitor:
+        from omnitune.runtime.server import finish
+        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=0.0, stats=stats)
+    return None
+
+
+def disagreement(model: torch.nn.Module, P: int, group) -> dict:
+    """Relative spread of the workers' models at the end: mean over workers of ||w_i − w̄|| / ||w̄||."""
+    n = dist.get_world_size(group)
+    w = get_params(model, torch.empty(P))
+    mean = w.clone()
+    dist.all_reduce(mean, group=group)
+    mean /= n
+    spread = torch.tensor([float((w - mean).norm() / mean.norm().clamp_min(1e-12))])
+    dist.all_reduce(spread, group=group)
+    return {"disagreement": float(spread) / n}
