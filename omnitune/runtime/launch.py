@@ -56,6 +56,9 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
 
 
 def _last_line(failure) -> str:
-    msg = failure.message if isinstance(failure.message, str) else str(failure.message)
+    msg = failure.message
+    if isinstance(msg, dict):                    # torchelastic's error file: {"message": ..., ...}
+        msg = msg.get("message", "")
+    msg = str(msg)
     lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else f"exit code {failure.exitcode}"

@@ -136,6 +136,24 @@ def train_worker(ctx: Context, group) -> dict | None:
     return None
 
 
+def exchange_with_server(ctx: Context, group, buf: torch.Tensor, reply: torch.Tensor, P: int) -> bool:
+    """The leader sends the group's gradient and gets fresh weights; the group shares them.
+
+    Returns whether the server said to stop.
+    """
+    role = ctx.role
+    if role.leader:
+        buf[P + 2] = reply[P + 1]                        # the clock of the weights we computed on
+        dist.send(buf.cpu(), dst=0)
+        answer = torch.empty(reply.numel())
+        dist.recv(answer, src=0)
+        reply.copy_(answer)
+    if len(role.group_ranks) > 1:
+        dist.broadcast(reply, src=role.group_ranks[0], group=group)
+    set_params(ctx.model, reply[:P])
+    return bool(reply[P] > 0)
+
+
 def rebalance(ctx: Context, group, batch: int) -> tuple[int, dict[str, float]]:
     """Performance-aware batch sizes (Ji et al. 2019): batches that make every member's step take
     the same time, keeping the group's total batch.
@@ -156,8 +174,19 @@ def rebalance(ctx: Context, group, batch: int) -> tuple[int, dict[str, float]]:
     dist.all_reduce(info, group=group)
     a, bt, total = info[:k], info[k:2 * k], float(info[2 * k:].sum())
     T = (total + float((a / bt).sum())) / float((1 / bt).sum())
-    new = [max(1, round(float((T - a[j]) / bt[j]))) for j in range(k)]
+    new = apportion([float((T - a[j]) / bt[j]) for j in range(k)], round(total))
     return new[i], {f"batch_rank{r}": float(b) for r, b in zip(ranks, new)}
+
+
+def apportion(shares: list[float], total: int) -> list[int]:
+    """Whole batch sizes of at least 1, in proportion to `shares`, adding up to `total`."""
+    x = [max(s, 1.0) for s in shares]
+    x = [v * total / sum(x) for v in x]
+    out = [max(1, int(v)) for v in x]
+    by_remainder = sorted(range(len(x)), key=lambda j: x[j] - int(x[j]), reverse=True)
+    for j in by_remainder[:max(total - sum(out), 0)]:
+        out[j] += 1
+    return out
 
 
 def step_time_line(history: dict[int, float], batch: int) -> tuple[float, float]:

@@ -1,0 +1,17 @@
+import pytest
+
+from omnitune.runtime.worker import apportion, step_time_line
+
+
+def test_apportion_keeps_the_total_and_at_least_one_each():
+    assert sum(apportion([62.3, 5.9], 64)) == 64
+    assert apportion([-3.0, 70.0], 64) == [1, 63]
+    assert apportion([1, 1, 1], 64) in ([22, 21, 21], [21, 22, 21], [21, 21, 22])
+
+
+def test_step_time_line():
+    # One batch size seen: time proportional to batch.
+    assert step_time_line({32: 0.032}, 32) == (0.0, pytest.approx(0.001))
+    # Two: the line through them.
+    alpha, beta = step_time_line({32: 0.005, 16: 0.003}, 16)
+    assert beta == pytest.approx(0.002 / 16) and alpha == pytest.approx(0.001)
