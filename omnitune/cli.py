@@ -82,7 +82,7 @@ def plan(
     target_accuracy: float = typer.Option(..., help="test accuracy to reach, in (0, 1]"),
     out_path: Path = typer.Option(..., "--out", help="where to write the plan JSON"),
     data_dir: Optional[str] = typer.Option(None),
-    protocol: Optional[str] = typer.Option(None, help="pin the protocol: sync or groups"),
+    protocol: Optional[str] = typer.Option(None, help="pin the protocol: sync, groups, softsync, hpsgd or gossip"),
     groups: Optional[int] = typer.Option(None, help="pin the number of compute groups"),
     batch_size: Optional[int] = typer.Option(None, help="pin the batch size per device"),
     lr: Optional[float] = typer.Option(None, help="pin the learning rate"),
@@ -153,8 +153,8 @@ def _space(target, protocol, groups, batch_size, lr, momentum):
     from omnitune import optimizer
     if not 0 < target <= 1:
         raise UserError(f"--target-accuracy must be in (0, 1], got {target}")
-    if protocol is not None and protocol not in ("sync", "groups"):
-        raise UserError(f"--protocol must be sync or groups, got {protocol!r}")
+    if protocol is not None and protocol not in optimizer.PROTOCOLS:
+        raise UserError(f"--protocol must be one of {', '.join(optimizer.PROTOCOLS)}, got {protocol!r}")
     for name, value in (("--groups", groups), ("--batch-size", batch_size)):
         if value is not None and value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
@@ -162,8 +162,7 @@ def _space(target, protocol, groups, batch_size, lr, momentum):
         raise UserError(f"--lr must be positive, got {lr}")
     if momentum is not None and not -1 < momentum < 1:
         raise UserError(f"--momentum must be in (-1, 1), got {momentum}")
-    protocols = (protocol,) if protocol else (("sync",) if groups == 1 else ("groups",) if groups else
-                                              ("sync", "groups"))
+    protocols = (protocol,) if protocol else optimizer.PROTOCOLS
     return optimizer.Space(
         protocols=protocols, groups=(groups,) if groups else None,
         batch_sizes=(batch_size,) if batch_size else optimizer.DEFAULT_BATCHES,
@@ -175,7 +174,7 @@ def _candidates_table(result, rows: int = 12) -> Table:
     for col in ("layout", "protocol", "g", "batch", "lr", "mom.", "impl.", "ms/iter", "iters", "time (s)", "probe"):
         table.add_column(col, justify="right")
     for c in result.candidates[:rows]:
-        table.add_row(c.layout, c.protocol, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
+        table.add_row(c.layout, f"{c.protocol} ({c.detail})" if c.detail else c.protocol, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
                       f"{c.implicit_momentum:.2f}", f"{c.sec_per_iter * 1e3:.2f}",
                       _iters(c),
                       "-" if c.time_to_target_s is None else f"{c.time_to_target_s:.2f}", c.note)

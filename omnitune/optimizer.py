@@ -23,7 +23,7 @@ import numpy as np
 
 from omnitune import statmodel
 from omnitune.files import from_dict, to_dict
-from omnitune.perfmodel import PerfModel
+from omnitune.perfmodel import PerfModel, Shape
 from omnitune.profile import Profile
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
@@ -36,10 +36,14 @@ OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches 
 STOP_GAIN = 0.10  # add groups only while seconds per iteration improve by at least this much
 
 
+PROTOCOLS = ("sync", "groups", "softsync", "hpsgd", "gossip")
+GOSSIP_EVERY = (1, 4)
+
+
 @dataclass(frozen=True)
 class Space:
     """What to search. A field given a single value pins it (the CLI's --protocol etc.)."""
-    protocols: tuple[str, ...] = ("sync", "groups")
+    protocols: tuple[str, ...] = PROTOCOLS
     groups: tuple[int, ...] | None = None          # None: every g that splits the devices evenly
     batch_sizes: tuple[int, ...] = DEFAULT_BATCHES
     lrs: tuple[float, ...] = DEFAULT_LRS
@@ -49,22 +53,79 @@ class Space:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A protocol with its shape: how many groups, and the protocol's own parameter."""
+    protocol: str
+    g: int
+    softsync_n: int = 1
+    gossip_every: int = 1
+
+
+def variants(n: int, protocols: tuple[str, ...]) -> list[Variant]:
+    """The protocol variants n devices allow. Server-less and softsync variants need two devices."""
+    out = []
+    for p in protocols:
+        if p == "sync":
+            out.append(Variant("sync", 1))
+        elif p == "groups":
+            out += [Variant("groups", g) for g in range(2, n + 1) if n % g == 0]
+        elif n < 2:
+            continue
+        elif p == "softsync":           # n = 1 (wait for all), learners / 2, learners (asynchronous)
+            out += [Variant("softsync", n, k) for k in sorted({1, max(1, n // 2), n})]
+        elif p == "hpsgd":
+            out.append(Variant("hpsgd", 1))
+        elif p == "gossip":
+            out += [Variant("gossip", 1, gossip_every=e) for e in GOSSIP_EVERY]
+    return out
+
+
+@dataclass(frozen=True)
 class Config:
     layout: str
     protocol: str
     groups: tuple[tuple[str, ...], ...]
-    batch: int                                     # per device
+    batch: int                                     # per device (before balancing)
     lr: float
     momentum: float
+    softsync_n: int = 1
+    gossip_every: int = 1
+    balanced: bool = False                         # per-device batches follow measured speed
 
     @property
     def g(self) -> int:
         return len(self.groups)
 
+    @property
+    def detail(self) -> str:
+        """The protocol's own parameter and balancing, for tables: "n=2", "every=4, balanced"."""
+        parts = [f"n={self.softsync_n}"] if self.protocol == "softsync" else []
+        parts += [f"every={self.gossip_every}"] if self.protocol == "gossip" else []
+        parts += ["balanced"] if self.balanced else []
+        return ", ".join(parts)
+
     def probe_config(self) -> ProbeConfig:
         """What the probe must emulate: one update's batch, the step size, the asynchrony."""
-        return ProbeConfig(batch=self.batch * len(self.groups[0]), lr=self.lr,
-                           momentum=self.momentum, groups=self.g)
+        return emulation(Variant(self.protocol, self.g, self.softsync_n, self.gossip_every),
+                         self.batch * len(self.groups[0]), self.lr, self.momentum)
+
+
+def emulation(v: Variant, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+    """The single-process stand-in for a protocol's statistics: update batch and staleness.
+
+    groups: g groups at a server (staleness about g - 1). softsync: ceil(learners/n) gradients
+    per update, staleness about learners/that - 1, steps divided by staleness (Rudra). hpsgd: the
+    whole batch with staleness about 1. gossip: approximated as the whole batch with staleness
+    about `gossip_every` (a worker sees the others' gradients only through averaging).
+    """
+    if v.protocol == "softsync":
+        per_update = -(-v.g // v.softsync_n)
+        return ProbeConfig(per_update * group_batch, lr, momentum, max(1, round(v.g / per_update)), True)
+    if v.protocol == "hpsgd":
+        return ProbeConfig(group_batch, lr, momentum, 2)
+    if v.protocol == "gossip":
+        return ProbeConfig(group_batch, lr, momentum, 1 + v.gossip_every)
+    return ProbeConfig(group_batch, lr, momentum, v.g)
 
 
 @dataclass(frozen=True)
@@ -94,17 +155,35 @@ def enumerate_configs(profile: Profile, space: Space) -> list[Config]:
         if space.layouts is not None and layout not in space.layouts:
             continue
         batches = _batch_sizes(profile, devices, space)
-        for protocol, g in _shapes(len(devices), space):
-            out += [Config(layout, protocol, split(devices, g), b, lr, mu)
-                    for mu in _momenta(space, g) for b in batches for lr in space.lrs]
+        balance = (False, True) if heterogeneous(profile, devices) else (False,)
+        for v in variants(len(devices), space.protocols):
+            if space.groups is not None and v.g not in space.groups:
+                continue
+            g_emulated = emulation(v, 1, 1.0, 0.0).groups
+            out += [Config(layout, v.protocol, split(devices, v.g), b, lr, mu, v.softsync_n, v.gossip_every, bal)
+                    for mu in _momenta(space, g_emulated) for b in batches for lr in space.lrs for bal in balance]
     return out
 
 
-def _shapes(n: int, space: Space) -> list[tuple[str, int]]:
-    """(protocol, g) pairs for n devices: sync is one group; groups splits n evenly, g >= 2."""
-    shapes = [(p, 1) for p in space.protocols if p == "sync"]
-    shapes += [(p, g) for p in space.protocols if p != "sync" for g in range(2, n + 1) if n % g == 0]
-    return [(p, g) for p, g in shapes if space.groups is None or g in space.groups]
+def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.1) -> bool:
+    """Whether the devices' best throughputs differ by more than `margin`."""
+    speeds = [profile.device(d).best.samples_per_s for d in devices]
+    return len(speeds) > 1 and min(speeds) < (1 - margin) * max(speeds)
+
+
+def device_batches(perf: PerfModel, c: Config) -> dict[str, int]:
+    """Per-device batch sizes: equal, or balanced so that every member's step takes as long."""
+    if not c.balanced:
+        return {d: c.batch for g in c.groups for d in g}
+    from omnitune.runtime.balance import equal_time_batches
+    out = {}
+    for group in c.groups:
+        # t_d(b) near the nominal batch, as a line through t_d(b/2) and t_d(2b).
+        lo, hi = max(c.batch / 2, 1.0), 2.0 * c.batch
+        beta = [max(float(perf.compute[d](hi) - perf.compute[d](lo)) / (hi - lo), 1e-12) for d in group]
+        alpha = [max(float(perf.compute[d](c.batch)) - b * c.batch, 0.0) for d, b in zip(group, beta)]
+        out.update(zip(group, equal_time_batches(alpha, beta, c.batch * len(group))))
+    return out
 
 
 def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> list[int]:
@@ -121,11 +200,13 @@ def _momenta(space: Space, g: int) -> list[float]:
     return [rule] if g == 1 else list(dict.fromkeys([rule, *OMNIVORE_MOMENTA]))
 
 
+def shape_of(perf: PerfModel, c: Config) -> Shape:
+    return Shape(c.groups, device_batches(perf, c), c.protocol, c.layout, c.softsync_n, c.gossip_every)
+
+
 def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
     """Predicted seconds per iteration of every configuration."""
-    return np.array([perf.sec_per_iter([list(g) for g in c.groups],
-                                       {d: c.batch for g in c.groups for d in g},
-                                       server=c.protocol != "sync", layout=c.layout) for c in configs])
+    return np.array([perf.sec_per_iter(shape_of(perf, c)) for c in configs])
 
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 3000,
@@ -289,7 +370,8 @@ def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = Non
 
     return tuple(Candidate(
         layout=s.config.layout, protocol=s.config.protocol, groups=s.config.g, batch_size=s.config.batch,
-        lr=s.config.lr, momentum=s.config.momentum, implicit_momentum=implicit_of(s.config.g, implicit),
+        lr=s.config.lr, momentum=s.config.momentum,
+        implicit_momentum=implicit_of(s.config.probe_config().groups, implicit), detail=s.config.detail,
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
         note=s.probe.note if s.probe else "not probed",
         iters_band=tuple(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
@@ -311,11 +393,13 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
     c = best.config
     cluster = profile.cluster
     devices = tuple(cluster.device(d) for g in c.groups for d in g)
+    batch = device_batches(PerfModel.from_profile(profile), c)
     return Plan(
         schema_version=1, workload=workload, data_dir=data_dir, target_accuracy=target, seed=seed,
         protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
-        batch_size={d.id: c.batch for d in devices}, lr=c.lr, momentum=c.momentum,
-        implicit_momentum=implicit_of(c.g, implicit),
+        batch_size=batch, lr=c.lr, momentum=c.momentum, softsync_n=c.softsync_n,
+        gossip_every=c.gossip_every, rebalance=c.balanced,
+        implicit_momentum=implicit_of(c.probe_config().groups, implicit),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,

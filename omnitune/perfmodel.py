@@ -12,6 +12,8 @@ A group of k devices takes T = max_d t_d(b_d) + A_k(M) per minibatch. With a par
 the leader's exchange adds R(M) and the group's broadcast of new weights another A_k(M); g groups
 share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s:
     sec_per_iter = max(T / g, s)       (a queueing bound, not a sum)
+softsync waits for ceil(learners/n) gradients per update; hpsgd overlaps its all-reduce with the
+next step, max(compute, A); gossip adds one round trip every `gossip_every` steps.
 That analytic model misses what only a real job shows: stragglers waiting at the all-reduce,
 wake-up latency, processes sharing cores with the server. The profile therefore also times short
 real jobs of the runtime (calibration) for each layout, protocol and g at a few batch sizes, and
@@ -112,7 +114,32 @@ class NetworkModel:
         return float(fit.intercept * (k - 1) / (k0 - 1) + fit.slope * scale * nbytes)
 
 
-CalibrationKey = tuple[str, str, int]     # (layout, protocol, g)
+CalibrationKey = tuple[str, str, int]     # (layout, protocol key, g)
+SERVER_PROTOCOLS = ("groups", "softsync")
+
+
+def protocol_key(protocol: str, softsync_n: int = 1, gossip_every: int = 1) -> str:
+    """The protocol with the parameter that changes its speed: "softsync/n=2", "gossip/every=4"."""
+    if protocol == "softsync":
+        return f"softsync/n={softsync_n}"
+    if protocol == "gossip":
+        return f"gossip/every={gossip_every}"
+    return protocol
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the hardware model needs of a configuration."""
+    groups: tuple[tuple[str, ...], ...]       # device ids of each compute group
+    batch: dict[str, int]                     # per device
+    protocol: str = "sync"
+    layout: str | None = None                 # names the calibration to use
+    softsync_n: int = 1
+    gossip_every: int = 1
+
+    @property
+    def key(self) -> CalibrationKey:
+        return (self.layout, protocol_key(self.protocol, self.softsync_n, self.gossip_every), len(self.groups))
 
 
 @dataclass(frozen=True)
@@ -132,11 +159,8 @@ class PerfModel:
         """(a, c) per layout/protocol/g from the profile's real jobs: measured = a + c * analytic."""
         points: dict[CalibrationKey, list[tuple[float, float]]] = {}
         for cal in profile.calibration:
-            ids = profile.cluster.layouts[cal.layout]
-            k = len(ids) // cal.groups
-            groups = [list(ids[i * k:(i + 1) * k]) for i in range(cal.groups)]
-            analytic = self.sec_per_iter(groups, {d: cal.batch_size for d in ids}, cal.protocol != "sync")
-            points.setdefault((cal.layout, cal.protocol, cal.groups), []).append((analytic, cal.sec_per_iter))
+            shape = calibration_shape(profile, cal)
+            points.setdefault(shape.key, []).append((self.analytic_s(shape), cal.sec_per_iter))
         fits = {}
         for key, pts in points.items():
             x, y = zip(*pts)
@@ -144,11 +168,14 @@ class PerfModel:
             fits[key] = Linear.fit(x, y) if len(pts) > 1 else Linear(0.0, y[0] / x[0])
         return fits
 
-    def group_step_s(self, devices: list[str], batch: dict[str, int], server: bool) -> float:
+    def compute_s(self, devices, batch: dict[str, int]) -> float:
+        """The slowest member's compute step."""
+        return max(float(self.compute[d](batch[d])) for d in devices)
+
+    def group_step_s(self, devices, batch: dict[str, int], server: bool) -> float:
         """T: one minibatch of one compute group, including its communication."""
         k = len(devices)
-        t = max(float(self.compute[d](batch[d])) for d in devices)
-        t += self.network.allreduce_s(k, self.model_bytes)
+        t = self.compute_s(devices, batch) + self.network.allreduce_s(k, self.model_bytes)
         if server:
             t += self.network.round_trip(self.model_bytes) + self.network.allreduce_s(k, self.model_bytes)
         return float(t)
@@ -157,18 +184,38 @@ class PerfModel:
         """s: the server's time per update, during which other groups wait."""
         return float(self.network.server_update_s + self.network.round_trip(self.model_bytes))
 
-    def sec_per_iter(self, groups: list[list[str]], batch: dict[str, int], server: bool,
-                     layout: str | None = None) -> float:
-        """Seconds per model update for `groups` (one group = synchronous).
+    def analytic_s(self, shape: Shape) -> float:
+        """Seconds per model update from the profile's measurements alone."""
+        server = shape.protocol in SERVER_PROTOCOLS
+        step = [self.group_step_s(g, shape.batch, server) for g in shape.groups]
+        M, devices = self.model_bytes, [d for g in shape.groups for d in g]
+        if shape.protocol == "sync":
+            return step[0]
+        if shape.protocol == "hpsgd":        # the all-reduce runs during the next step's compute
+            return max(self.compute_s(devices, shape.batch), self.network.allreduce_s(len(devices), M))
+        if shape.protocol == "gossip":       # a pairwise exchange every `gossip_every` steps
+            return self.compute_s(devices, shape.batch) + self.network.round_trip(M) / shape.gossip_every
+        if shape.protocol == "softsync" and shape.softsync_n == 1:
+            return max(step)                 # every learner waits for the slowest
+        # Groups update once per their own step; together at sum(1/T_i) gradients/s, one update
+        # per `per_update` gradients, unless the server is the bottleneck at 1/s.
+        per_update = -(-len(shape.groups) // shape.softsync_n) if shape.protocol == "softsync" else 1
+        rate = min(sum(1.0 / t for t in step) / per_update, 1.0 / self.server_service_s())
+        return 1.0 / rate
 
-        With `layout` named and a calibration for it, the calibrated value; else the analytic one.
-        """
-        step = [self.group_step_s(g, batch, server) for g in groups]
-        if not server:
-            analytic = step[0]
-        else:
-            # Each group updates once per its own step; together at sum(1/T_i) updates/s,
-            # unless the server is the bottleneck at 1/s.
-            analytic = 1.0 / min(sum(1.0 / t for t in step), 1.0 / self.server_service_s())
-        fit = self.calibration.get((layout, "groups" if server else "sync", len(groups)))
+    def sec_per_iter(self, shape: Shape) -> float:
+        """Seconds per model update: calibrated where the profile timed such a job, else analytic."""
+        analytic = self.analytic_s(shape)
+        fit = self.calibration.get(shape.key)
         return float(fit(analytic)) if fit is not None else analytic
+
+
+def calibration_shape(profile: Profile, cal) -> Shape:
+    """The configuration a calibration job ran: its layout split into equal groups."""
+    ids = profile.cluster.layouts[cal.layout]
+    k = len(ids) // cal.groups
+    groups = tuple(tuple(ids[i * k:(i + 1) * k]) for i in range(cal.groups))
+    protocol, _, param = cal.protocol.partition("/")
+    n = int(param.split("=")[1]) if protocol == "softsync" else 1
+    every = int(param.split("=")[1]) if protocol == "gossip" else 1
+    return Shape(groups, {d: cal.batch_size for d in ids}, protocol, cal.layout, n, every)

@@ -41,6 +41,7 @@ class Candidate:
     iters_to_target: float | None    # None: not probed (ruled out by hardware efficiency alone)
     time_to_target_s: float | None
     note: str = ""
+    detail: str = ""                     # the protocol's parameter and balancing, e.g. "n=2, balanced"
     iters_band: tuple[float, ...] = ()   # ±1σ band of iters_to_target from the probe's fitted curve
 
     def __post_init__(self):

@@ -46,12 +46,14 @@ class Emulator:
     def step(self) -> float:
         """One update; returns the minibatch loss (NaN or inf when training diverged)."""
         x, y = next(self.data)
-        stale = self.history[-1 - min(int(self.taus[self.it]), len(self.history) - 1)]
+        stale = self.history[-1 - min(int(self.taus[self.it]), len(self.history) - 1)]   # tau updates old
         set_params(self.model, stale)
         self.model.zero_grad(set_to_none=False)
         loss = self.wl.loss_fn(self.model(x), y)
         loss.backward()
-        self.v.mul_(self.cfg.momentum).add_(get_grads(self.model, self.g))   # torch SGD: v = mu v + grad
+        tau = int(self.taus[self.it])
+        scale = 1.0 / max(tau, 1) if self.cfg.scale_by_staleness else 1.0
+        self.v.mul_(self.cfg.momentum).add_(get_grads(self.model, self.g), alpha=scale)   # v = mu v + grad
         self.w.sub_(self.cfg.lr * self.v)
         self.history.append(self.w.clone())
         self.it += 1

@@ -180,21 +180,19 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
 
 def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_dir: str | None,
                       batches: tuple[int, ...]) -> tuple[Plan, ...]:
-    """Real jobs to time on `layout`: sync, and groups for every g that splits it evenly."""
-    from omnitune.optimizer import split
+    """Real jobs to time on `layout`: every protocol variant the planner may choose there."""
+    from omnitune.optimizer import PROTOCOLS, split, variants
     from omnitune.plan import Prediction
 
     ids = cluster.layouts[layout]
     devices = tuple(cluster.device(i) for i in ids)
-    n = len(ids)
-    shapes = [("sync", 1)] + [("groups", g) for g in range(2, n + 1) if n % g == 0]
     return tuple(
         Plan(schema_version=1, workload=workload_spec, data_dir=data_dir, target_accuracy=1.0, seed=0,
-             protocol=protocol, layout=layout, devices=devices, groups=split(ids, g),
-             batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, implicit_momentum=1 - 1 / g,
+             protocol=v.protocol, layout=layout, devices=devices, groups=split(ids, v.g),
+             batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, implicit_momentum=1 - 1 / v.g,
              prediction=Prediction(0.0, 0.0, 0.0), candidates=(), profile="", rendezvous=cluster.rendezvous,
-             server_host=cluster.server_host, created_at="")
-        for protocol, g in shapes for b in batches)
+             server_host=cluster.server_host, created_at="", softsync_n=v.softsync_n, gossip_every=v.gossip_every)
+        for v in variants(len(ids), PROTOCOLS) for b in batches)
 
 
 def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:

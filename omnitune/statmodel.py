@@ -113,6 +113,7 @@ class ProbeConfig:
     lr: float
     momentum: float     # explicit
     groups: int         # emulated asynchrony
+    scale_by_staleness: bool = False   # each gradient's step divided by its staleness (Rudra)
 
 
 @dataclass(frozen=True)

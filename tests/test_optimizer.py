@@ -121,7 +121,7 @@ def test_stop_adding_groups_when_seconds_per_iteration_do_not_improve(sample_pro
     prof = dataclasses.replace(sample_profile, calibration=slow)
     prober = FakeProber()
     logs = []
-    optimizer.search(prof, optimizer.Space(), prober, log=logs.append)
+    optimizer.search(prof, optimizer.Space(protocols=("sync", "groups")), prober, log=logs.append)
     assert {cfg.groups for cfg, _ in prober.calls} == {1}
     assert any("stop adding groups" in m for m in logs)
 
@@ -169,3 +169,25 @@ def test_retuning_picks_the_lowest_loss_and_drops_groups_at_zero_momentum(tmp_pa
     assert (keep.lr, keep.momentum, len(keep.groups)) == (0.05, 0.3, 2)
     fewer = optimizer.retuned_plan(p, [(lr, m, 0.1 if m == 0.0 else 1.0) for lr, m in grid])
     assert len(fewer.groups) == 1 and fewer.protocol == "sync" and fewer.momentum == optimizer.MU_STAR
+
+
+def test_every_protocol_is_a_candidate_with_its_emulation(sample_profile):
+    configs = optimizer.enumerate_configs(sample_profile, optimizer.Space(batch_sizes=(16,), lrs=(0.05,)))
+    by = {(c.protocol, c.softsync_n, c.gossip_every) for c in configs if c.layout == "one-per-core"}
+    assert {("sync", 1, 1), ("groups", 1, 1), ("softsync", 1, 1), ("softsync", 2, 1), ("hpsgd", 1, 1),
+            ("gossip", 1, 1), ("gossip", 1, 4)} <= by
+    probe = {c.detail or c.protocol: c.probe_config() for c in configs if c.layout == "one-per-core"}
+    assert probe["n=1"].groups == 1 and probe["n=1"].batch == 32        # waits for both learners
+    assert probe["n=2"].groups == 2 and probe["n=2"].scale_by_staleness  # asynchronous, lr / staleness
+    assert probe["every=4"].groups == 5
+
+
+def test_balanced_batches_favour_the_faster_device(sample_profile):
+    import dataclasses
+    from omnitune.perfmodel import ComputeModel, PerfModel
+    perf = PerfModel.from_profile(sample_profile)
+    slow = ComputeModel(perf.compute["cpu1"].batches, perf.compute["cpu1"].seconds * 3)
+    perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
+    c = optimizer.Config("one-per-core", "sync", (("cpu0", "cpu1"),), 32, 0.05, 0.9, balanced=True)
+    b = optimizer.device_batches(perf, c)
+    assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64

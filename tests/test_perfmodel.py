@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel
+from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel, Shape, calibration_shape
 from omnitune.profile import AllReduceTiming, Network, P2PTiming
 
 
@@ -51,8 +51,8 @@ def test_allreduce_extrapolates_to_larger_groups_sublinearly():
 def test_sync_pays_allreduce_and_more_devices_never_speed_up_one_step():
     m = perf()
     batch = {f"d{i}": 8 for i in range(8)}
-    one = m.sec_per_iter([["d0"]], batch, server=False)
-    two = m.sec_per_iter([["d0", "d1"]], batch, server=False)
+    one = m.sec_per_iter(Shape((("d0",),), batch))
+    two = m.sec_per_iter(Shape((("d0", "d1"),), batch))
     assert two > one
     # ...but throughput (samples per second) is sublinear yet higher with two.
     assert one * 2 > two
@@ -61,7 +61,7 @@ def test_sync_pays_allreduce_and_more_devices_never_speed_up_one_step():
 def test_groups_scale_until_the_server_saturates():
     m = perf(server_update_s=2e-3)
     batch = {f"d{i}": 8 for i in range(8)}
-    rates = [1 / m.sec_per_iter([[f"d{i}"] for i in range(g)], batch, server=True) for g in (1, 2, 4, 8)]
+    rates = [1 / m.sec_per_iter(Shape(tuple((f"d{i}",) for i in range(g)), batch, "groups")) for g in (1, 2, 4, 8)]
     assert all(a <= b + 1e-12 for a, b in zip(rates, rates[1:]))     # more groups never slower
     assert rates[-1] <= 1 / m.server_service_s() + 1e-9             # the queueing bound holds
     assert rates[-1] == pytest.approx(1 / m.server_service_s())     # and binds at 8 groups
@@ -70,7 +70,7 @@ def test_groups_scale_until_the_server_saturates():
 def test_single_device_profile_has_no_network(sample_profile):
     m = PerfModel.from_profile(sample_profile)
     d = sample_profile.devices[0].device_id
-    assert m.sec_per_iter([[d]], {d: 16}, server=False) > 0
+    assert m.sec_per_iter(Shape(((d,),), {d: 16})) > 0
     assert NetworkModel.from_profile(None).allreduce_s(1, 1e6) == 0
 
 
@@ -90,16 +90,27 @@ def test_calibration_pulls_predictions_to_real_jobs():
     m = PerfModel.from_profile(prof)
     uncalibrated = PerfModel(m.compute, m.network, m.model_bytes)
     for cal in prof.calibration:
-        ids = prof.cluster.layouts[cal.layout]
-        k = len(ids) // cal.groups
-        groups = [list(ids[i * k:(i + 1) * k]) for i in range(cal.groups)]
-        batch = {d: cal.batch_size for d in ids}
-        server = cal.protocol != "sync"
-        calibrated = m.sec_per_iter(groups, batch, server, layout=cal.layout)
-        analytic = uncalibrated.sec_per_iter(groups, batch, server, layout=cal.layout)
+        shape = calibration_shape(prof, cal)
+        calibrated, analytic = m.sec_per_iter(shape), uncalibrated.sec_per_iter(shape)
         # Two points per fit: the fit passes through the measurements.
         assert calibrated == pytest.approx(cal.sec_per_iter, rel=0.05)
         assert abs(calibrated - cal.sec_per_iter) <= abs(analytic - cal.sec_per_iter) + 1e-9
     # A layout without calibration keeps the analytic value.
     d = prof.devices[0].device_id
-    assert m.sec_per_iter([[d]], {d: 8}, False, layout="elsewhere") == uncalibrated.sec_per_iter([[d]], {d: 8}, False)
+    shape = Shape(((d,),), {d: 8}, layout="elsewhere")
+    assert m.sec_per_iter(shape) == uncalibrated.sec_per_iter(shape)
+
+
+def test_protocols_have_their_own_hardware_story():
+    m = perf(server_update_s=1e-4, n=2)
+    batch = {"d0": 8, "d1": 8}
+    both, each = (("d0", "d1"),), (("d0",), ("d1",))
+    sync = m.sec_per_iter(Shape(both, batch, "sync"))
+    hpsgd = m.sec_per_iter(Shape(both, batch, "hpsgd"))
+    assert hpsgd < sync                                  # overlap hides the all-reduce
+    waits = m.sec_per_iter(Shape(each, batch, "softsync", softsync_n=1))
+    free = m.sec_per_iter(Shape(each, batch, "softsync", softsync_n=2))
+    assert free < waits                                  # n = learners updates on every gradient
+    rare = m.sec_per_iter(Shape(both, batch, "gossip", gossip_every=4))
+    often = m.sec_per_iter(Shape(both, batch, "gossip", gossip_every=1))
+    assert rare < often

@@ -103,6 +103,7 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
 def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
     """Run each calibration plan as a real job for a moment; rank 0 reports seconds per update."""
     from omnitune.runtime.context import JobArgs
+    from omnitune.perfmodel import protocol_key
     from omnitune.runtime.worker import run_role
 
     out = []
@@ -112,7 +113,8 @@ def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
                            eval_every_s=1e9, timeout_s=120)
             summary = run_role(args, plan, wl, train, test)
             if summary is not None:
-                out.append(Calibration(layout=plan.layout, protocol=plan.protocol, groups=len(plan.groups),
+                key = protocol_key(plan.protocol, plan.softsync_n, plan.gossip_every)
+                out.append(Calibration(layout=plan.layout, protocol=key, groups=len(plan.groups),
                                        batch_size=plan.batch_size[plan.devices[0].id],
                                        sec_per_iter=summary["measured_sec_per_iter"]))
     return out

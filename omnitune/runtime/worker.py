@@ -21,6 +21,7 @@ from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.topology import group_ranks, roles
 from omnitune.plan import Plan
+from omnitune.runtime.balance import equal_time_batches, step_time_line
 from omnitune.workload import Workload, batches
 
 
@@ -159,10 +160,7 @@ def rebalance(ctx: Context, group, batch: int) -> tuple[int, dict[str, float]]:
     the same time, keeping the group's total batch.
 
     Each member models its step time as t(b) = alpha + beta * b from the last two batch sizes it
-    ran (at first, alpha = 0: time proportional to batch). Equal times T give
-    b_i = (T - alpha_i) / beta_i with T = (B + sum alpha_i / beta_i) / sum (1 / beta_i).
-    Proportional-to-speed shares would instead starve a slow member: its small batch runs less
-    efficiently, so it measures slower still, and the shares run away.
+    ran (at first, alpha = 0: time proportional to batch); balance.equal_time_batches solves.
     """
     ranks = ctx.role.group_ranks
     k, i = len(ranks), ranks.index(ctx.role.rank)
@@ -172,29 +170,5 @@ def rebalance(ctx: Context, group, batch: int) -> tuple[int, dict[str, float]]:
     info = torch.zeros(3 * k, dtype=torch.float64)
     info[i], info[k + i], info[2 * k + i] = alpha, beta, batch
     dist.all_reduce(info, group=group)
-    a, bt, total = info[:k], info[k:2 * k], float(info[2 * k:].sum())
-    T = (total + float((a / bt).sum())) / float((1 / bt).sum())
-    new = apportion([float((T - a[j]) / bt[j]) for j in range(k)], round(total))
+    new = equal_time_batches(info[:k].tolist(), info[k:2 * k].tolist(), round(float(info[2 * k:].sum())))
     return new[i], {f"batch_rank{r}": float(b) for r, b in zip(ranks, new)}
-
-
-def apportion(shares: list[float], total: int) -> list[int]:
-    """Whole batch sizes of at least 1, in proportion to `shares`, adding up to `total`."""
-    x = [max(s, 1.0) for s in shares]
-    x = [v * total / sum(x) for v in x]
-    out = [max(1, int(v)) for v in x]
-    by_remainder = sorted(range(len(x)), key=lambda j: x[j] - int(x[j]), reverse=True)
-    for j in by_remainder[:max(total - sum(out), 0)]:
-        out[j] += 1
-    return out
-
-
-def step_time_line(history: dict[int, float], batch: int) -> tuple[float, float]:
-    """(alpha, beta) of t(b) = alpha + beta * b through the two most recent batch sizes."""
-    sizes = list(history)
-    if len(sizes) >= 2:
-        (b1, t1), (b2, t2) = [(b, history[b]) for b in sizes[-2:]]
-        beta = (t2 - t1) / (b2 - b1)
-        if beta > 0:
-            return max(t2 - beta * b2, 0.0), beta
-    return 0.0, history[batch] / batch

@@ -1,6 +1,6 @@
 import pytest
 
-from omnitune.runtime.worker import apportion, step_time_line
+from omnitune.runtime.balance import apportion, step_time_line
 
 
 def test_apportion_keeps_the_total_and_at_least_one_each():
@@ -15,3 +15,12 @@ def test_step_time_line():
     # Two: the line through them.
     alpha, beta = step_time_line({32: 0.005, 16: 0.003}, 16)
     assert beta == pytest.approx(0.002 / 16) and alpha == pytest.approx(0.001)
+
+
+def test_equal_time_batches_even_out_step_times():
+    from omnitune.runtime.balance import equal_time_batches
+    alpha, beta = [1e-3, 3e-3], [1e-4, 3e-4]          # the second device is 3× slower throughout
+    b = equal_time_batches(alpha, beta, 64)
+    assert sum(b) == 64 and b[0] > b[1]
+    times = [a + s * x for a, s, x in zip(alpha, beta, b)]
+    assert abs(times[0] - times[1]) < 3e-4               # within one sample's time of each other
