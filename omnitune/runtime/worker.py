@@ -98,7 +98,8 @@ def train_worker(ctx: Context, group) -> dict | None:
     batch = role.batch_size
     # A resumed job draws a fresh data order rather than replaying the first epoch's.
     stream = batches(ctx.train, batch, plan.seed + iterations, role.shard, n_workers)
-    epoch = max(10, len(ctx.train) // (n_workers * batch))
+    # Re-balance once per epoch, counted the same way on every rank (they must all-reduce together).
+    epoch = max(10, len(ctx.train) // sum(plan.batch_size.values()))
     balance: dict[str, float] = {}
     while True:
         if plan.rebalance and len(role.group_ranks) > 1 and iterations > ctx.start.iteration \
