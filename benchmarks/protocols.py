@@ -83,7 +83,7 @@ def row(s, **kw) -> dict:
 
 
 def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, names=None,
-          plan: bool = True) -> list[dict]:
+          with_plan: bool = True) -> list[dict]:
     target, lr = WORKLOADS[wl_name]
     prof, prof_path = cluster_profile(cluster, slowdown or CLUSTERS[cluster], wl_name, quick, work)
     rows = []
@@ -97,7 +97,7 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
         rows.append(row(s, protocol=name, cluster=cluster, workload=wl_name, momentum=c.momentum))
         print_rows(f"{wl_name} on {cluster}", rows[-1:], ["protocol", "time_to_target_s", "final_accuracy",
                                                            "mean_staleness"])
-    if not plan:
+    if not with_plan:
         return rows
     wl = workload.load(wl_name)
     scored = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)), make_prober(wl, None, target, 0),
@@ -121,7 +121,7 @@ def main() -> None:
             for cluster in CLUSTERS:
                 rows += bench(wl_name, cluster, args.quick, Path(tmp))
             name, slowdown, names = STALENESS_CLUSTER
-            rows += bench(wl_name, name, args.quick, Path(tmp), slowdown, names, plan=False)
+            rows += bench(wl_name, name, args.quick, Path(tmp), slowdown, names, with_plan=False)
     cols = ["workload", "cluster", "protocol", "time_to_target_s", "final_accuracy", "mean_staleness",
             "measured_sec_per_iter", "iterations"]
     print_rows("protocols (a run that misses the target counts as its time limit)", rows, cols)
