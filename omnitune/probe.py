@@ -138,6 +138,8 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
         estimate = statmodel.extrapolate_iters(iters, acc, target)
         note = "extrapolated" if estimate is not None else f"not reached in {int(iters[-1])} iterations"
     interval = statmodel.iters_interval(iters, acc, target) if estimate is not None else None
+    if interval is not None:      # the band always holds the estimate (a first crossing can come early)
+        interval = (min(interval[0], estimate), max(interval[1], estimate))
     return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval)
 
 
