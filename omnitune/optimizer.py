@@ -404,26 +404,3 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,
         server_host=cluster.server_host, created_at=created_at)
-
-
-def retune_grid(lr: float, momentum: float) -> list[tuple[float, float]]:
-    """Omnivore's steady state: momentum from its grid (and the current value) × lr {current, /2}."""
-    momenta = sorted({*OMNIVORE_MOMENTA, momentum}, reverse=True)
-    return [(r, m) for r in (lr, lr / 2) for m in momenta]
-
-
-def retuned_plan(plan, scores: list[tuple[float, float, float]]):
-    """The plan with the best-scoring (lr, momentum); fewer groups when the best momentum is zero.
-
-    Omnivore (§4): if the best explicit momentum is 0, asynchrony already supplies more momentum
-    than is wanted, so fall back to fewer groups (the next smaller g that splits the devices).
-    """
-    lr, momentum, _ = min(scores, key=lambda s: s[2])
-    g = len(plan.groups)
-    ids = tuple(d.id for d in plan.devices)
-    if momentum <= 0 and g > 1:
-        g = max(k for k in range(1, g) if len(ids) % k == 0)
-        momentum = round(statmodel.explicit_momentum(MU_STAR, g), 4) if g > 1 else MU_STAR
-    groups = split(ids, g)
-    return replace(plan, lr=lr, momentum=momentum, groups=groups,
-                   protocol="sync" if g == 1 else plan.protocol, implicit_momentum=statmodel.implicit_momentum(g))

@@ -76,7 +76,7 @@ def test_single_device_profile_has_no_network(sample_profile):
 
 def test_pure_modules_do_not_import_torch():
     # `import torch` brings torch.distributed with it, so the pure core must not import torch.
-    code = ("import sys; import omnitune.perfmodel, omnitune.statmodel, omnitune.optimizer; "
+    code = ("import sys; import omnitune.perfmodel, omnitune.statmodel, omnitune.optimizer, omnitune.replan; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

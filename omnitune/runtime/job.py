@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from omnitune import optimizer, plan as plan_mod, workload as workload_mod
+from omnitune import plan as plan_mod, replan as replan_mod, workload as workload_mod
 from omnitune.errors import UserError
 from omnitune.runtime import launch as launch_mod
 from omnitune.runtime.context import JobArgs
@@ -99,9 +99,9 @@ def replan(plan: plan_mod.Plan, checkpoint: Path, probe_iters: int) -> tuple[pla
     wl = workload_mod.load(plan.workload)
     g = len(plan.groups)
     update_batch = sum(plan.batch_size[d] for d in plan.groups[0])
-    grid = optimizer.retune_grid(plan.lr, plan.momentum)
+    grid = replan_mod.retune_grid(plan.lr, plan.momentum)
     scores = retune_scores(wl, plan.data_dir, str(checkpoint), update_batch, g, grid, probe_iters, plan.seed)
-    new = optimizer.retuned_plan(plan, scores)
+    new = replan_mod.retuned_plan(plan, scores)
     shape = lambda p: {"lr": p.lr, "momentum": p.momentum, "groups": len(p.groups), "protocol": p.protocol}
     return new, {"before": shape(plan), "after": shape(new),
                  "scores": [{"lr": lr, "momentum": m, "loss": s} for lr, m, s in scores]}
