@@ -199,13 +199,16 @@ def run(
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune lr and momentum from a checkpoint "
                                                    "every this many seconds of training (Omnivore's epochs)"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
+    checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
+    max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
+                                     "up to this many times (torchelastic)"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune.runtime import job
     try:
         with console.status(f"running {plan_path}…"):
             summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
-                              replan_every_s, replan_probe_iters)
+                              replan_every_s, replan_probe_iters, checkpoint_every_s, max_restarts)
     except UserError as e:
         _fail(e)
     table = Table(title=f"run {out_dir}")

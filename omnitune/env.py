@@ -14,14 +14,32 @@ def world_size() -> int:
     return int(os.environ["WORLD_SIZE"])
 
 
+def restart_count() -> int:
+    """How many times torchelastic has restarted this job's processes."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def fault_kill() -> tuple[int, int] | None:
+    """A TESTING hook: OMNITUNE_FAULT_KILL="RANK:ITERATION" makes that rank kill itself (SIGKILL)
+    at that iteration, on the first attempt only, so tests can break a run on purpose."""
+    value = os.environ.get("OMNITUNE_FAULT_KILL")
+    if not value:
+        return None
+    rank, _, iteration = value.partition(":")
+    return int(rank), int(iteration)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def rendezvous_store():
-    """A client of the job's rendezvous key-value store (torchelastic's, at MASTER_ADDR:MASTER_PORT)."""
+def rendezvous_store(timeout_s: float = 120.0):
+    """A client of the job's key-value store (torchelastic's, at MASTER_ADDR:MASTER_PORT), its keys
+    prefixed by the restart count: the store outlives a failed attempt, and a restarted process
+    must not read the dead processes' addresses."""
     from datetime import timedelta
 
     import torch.distributed as dist
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=120))
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timedelta(seconds=timeout_s))
+    return dist.PrefixStore(f"omnitune/attempt{restart_count()}/", store)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from omnitune import env
 from omnitune.cluster import Device
 from omnitune.plan import Plan
 from omnitune.runtime.checkpoint import Start
@@ -25,6 +28,8 @@ class JobArgs:
     timeout_s: float
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
+    checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
+    max_restarts: int = 0              # torchelastic restarts every process after a failure
 
 
 @dataclass
@@ -40,6 +45,14 @@ class Context:
     start: Start = Start()
     step_times: list = field(default_factory=list)   # seconds of each local compute step
     batch_times: dict = field(default_factory=dict)  # mean step seconds at each batch size run
+    steps: int = 0                                   # local steps (or server updates) in this attempt
+
+    def tick(self) -> None:
+        """Count a step; the testing fault hook (env.fault_kill) fires here."""
+        self.steps += 1
+        fault = env.fault_kill()
+        if fault == (self.role.rank, self.start.iteration + self.steps) and env.restart_count() == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     @property
     def run_dir(self) -> Path:

@@ -53,8 +53,13 @@ def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float
 
 def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
         timeout_s: float = 120.0, resume: bool = False, replan_every_s: float | None = None,
-        replan_probe_iters: int = 30) -> RunSummary:
+        replan_probe_iters: int = 30, checkpoint_every_s: float | None = None, max_restarts: int = 0) -> RunSummary:
     plan, job = prepare(plan_path, out_dir, max_time_s, eval_every_s, timeout_s, resume)
+    if checkpoint_every_s is not None and checkpoint_every_s <= 0:
+        raise UserError(f"--checkpoint-every-s must be positive, got {checkpoint_every_s}")
+    if max_restarts < 0:
+        raise UserError(f"--max-restarts must be at least 0, got {max_restarts}")
+    job = dataclasses.replace(job, checkpoint_every_s=checkpoint_every_s or float("inf"), max_restarts=max_restarts)
     if replan_every_s is None:
         return run_job(plan, job)
     if replan_every_s <= 0:
@@ -65,7 +70,8 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
 def run_job(plan: plan_mod.Plan, job: JobArgs) -> RunSummary:
     from omnitune.runtime.worker import main
 
-    launch_mod.launch(main, (job,), plan.processes, Path(job.run_dir) / "logs", rendezvous=plan.rendezvous)
+    launch_mod.launch(main, (job,), plan.processes, Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
+                      max_restarts=job.max_restarts)
     return load_summary(Path(job.run_dir) / "summary.json")
 
 

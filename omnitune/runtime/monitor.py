@@ -36,6 +36,10 @@ class Monitor:
     evaluations: int = 0
     eval_s: float = 0.0              # wall time spent evaluating
     losses: list = field(default_factory=list)
+    checkpoint_every_s: float = float("inf")
+    saver: object = None                      # saver(iteration, train_s) writes a checkpoint
+    next_checkpoint: float = 0.0
+    checkpoints: int = 0
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -49,6 +53,11 @@ class Monitor:
     def check(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> bool:
         """Evaluate if due; return True when the run should stop (target reached or out of time)."""
         now = self.elapsed()
+        if self.saver is not None and now >= self.next_checkpoint:
+            if self.next_checkpoint > 0:
+                self.saver(iteration, now - self.eval_s)
+                self.checkpoints += 1
+            self.next_checkpoint = now + self.checkpoint_every_s
         if now >= self.next_eval:
             self.evaluate(model, iteration, extra)
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))

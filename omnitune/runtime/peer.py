@@ -34,7 +34,7 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
     plan, role, model = ctx.plan, ctx.role, ctx.model
     P = num_params(model)
     opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    monitor = new_monitor(ctx) if role.coordinator else None
+    monitor = new_monitor(ctx, opt) if role.coordinator else None
     shadow = copy.deepcopy(model) if monitor else None          # holds G for evaluation
     G = get_params(model, torch.empty(P))
     sent_from = G.clone()                                       # L when the change in flight was taken
@@ -107,7 +107,7 @@ def train_gossip(ctx: Context, group) -> dict | None:
     plan, role, model = ctx.plan, ctx.role, ctx.model
     P = num_params(model)
     opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    monitor = new_monitor(ctx) if role.coordinator else None
+    monitor = new_monitor(ctx, opt) if role.coordinator else None
     me, n = role.shard, len(plan.devices)
     ranks = role.group_ranks
     board = StopBoard(me, n, "gossip")

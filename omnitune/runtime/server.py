@@ -12,6 +12,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from omnitune import env
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, num_params, set_grads
@@ -35,7 +36,7 @@ def serve(ctx: Context) -> dict:
     leaders = [r[0] for r in group_ranks(ctx.plan)]
     updates = {leader: 0 for leader in leaders}
     msg, reply = torch.zeros(P + 3), torch.zeros(P + 2)
-    monitor = new_monitor(ctx)
+    monitor = new_monitor(ctx, opt)
     clock, staleness_sum, stopping, done = 0, 0.0, False, set()
     while len(done) < len(leaders):
         src = dist.recv(msg)                       # from whichever leader is ready first
@@ -43,6 +44,7 @@ def serve(ctx: Context) -> dict:
             apply_update(model, opt, msg[:P])
             staleness_sum += clock - float(msg[P + 2])
             clock += 1
+            ctx.tick()
             updates[src] += 1
             monitor.record_loss(float(msg[P]))
             stopping = monitor.check(model, ctx.start.iteration + clock)
@@ -76,7 +78,7 @@ def serve_softsync(ctx: Context) -> dict:
     per_update = math.ceil(len(learners) / plan.softsync_n)
     received = {r: 0 for r in learners}
     msg, reply, grad = torch.zeros(P + 3), torch.zeros(P + 2), torch.zeros(P)
-    monitor = new_monitor(ctx)
+    monitor = new_monitor(ctx, opt)
     clock, stopping, done, pending = 0, False, set(), []
     stale_sum, scale_sum = 0.0, 0.0
     while len(done) < len(learners):
@@ -97,6 +99,7 @@ def serve_softsync(ctx: Context) -> dict:
         apply_update(model, opt, grad)
         grad.zero_()
         clock += 1
+        ctx.tick()
         stopping = monitor.check(model, ctx.start.iteration + clock)
         send_weights(model, reply, stopping, clock, pending)
         if stopping:
@@ -136,6 +139,8 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
         mean_staleness=mean_staleness,
         evaluations=monitor.evaluations,
         protocol_stats=dict(stats or {}),
+        restarts=env.restart_count(),
+        checkpoints=monitor.checkpoints,
     )
     save(summary, ctx.run_dir / "summary.json")
     from omnitune.files import to_dict

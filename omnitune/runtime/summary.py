@@ -32,6 +32,8 @@ class RunSummary:
     mean_staleness: float           # server clock minus the clock of the weights a gradient used
     evaluations: int
     protocol_stats: dict[str, float] = field(default_factory=dict)   # e.g. disagreement (gossip)
+    restarts: int = 0               # times torchelastic restarted the processes after a failure
+    checkpoints: int = 0            # periodic checkpoints written (the last attempt's)
     replans: int = 0                # re-plans during the run (omnitune run --replan-every-s)
     replan_s: float = 0.0           # wall time they took (probes), not counted in time_to_target_s
 

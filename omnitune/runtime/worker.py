@@ -8,8 +8,10 @@ the parameter server and the group continues from the weights it sends back (Omn
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -28,7 +30,11 @@ from omnitune.workload import Workload, batches
 def main(job: JobArgs) -> dict | None:
     """Run this process's role; the coordinator returns the run summary as a dict."""
     plan = plan_mod.load(job.plan_path)
-    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s))
+    latest = Path(job.run_dir) / "checkpoint.pt"
+    if env.restart_count() > 0 and latest.is_file():    # torchelastic restarted us: go on from there
+        job = dataclasses.replace(job, resume_from=str(latest))
+    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s),
+                            store=env.rendezvous_store(job.timeout_s), rank=env.rank(), world_size=env.world_size())
     try:
         wl = workload_mod.load(plan.workload)
         train, test = wl.build_datasets(plan.data_dir, plan.seed)
@@ -66,10 +72,15 @@ def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None
     return train_worker(ctx, pgs[role.group])
 
 
-def new_monitor(ctx: Context) -> Monitor:
+def new_monitor(ctx: Context, opt: torch.optim.Optimizer) -> Monitor:
+    """The coordinator's monitor; it also writes a checkpoint every `checkpoint_every_s`."""
     monitor = Monitor(ctx.workload, ctx.test, ctx.plan.target_accuracy, min(ctx.job.max_time_s, ctx.job.stop_at_s),
-                      ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl")
+                      ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl",
+                      checkpoint_every_s=ctx.job.checkpoint_every_s)
     monitor.start -= ctx.start.train_s          # the clock goes on from the checkpoint
+    if ctx.job.checkpoint_every_s < float("inf"):
+        path = ctx.run_dir / "checkpoint.pt"
+        monitor.saver = lambda it, train_s: checkpoint.save(path, ctx.model, opt, it, train_s)
     return monitor
 
 
@@ -81,6 +92,7 @@ def compute_grads(ctx: Context, x: torch.Tensor, y: torch.Tensor) -> float:
     value = float(loss.detach())
     emulate_slowdown(ctx.role.device, started)
     ctx.step_times.append(time.perf_counter() - started)
+    ctx.tick()
     return value
 
 
@@ -92,7 +104,7 @@ def train_worker(ctx: Context, group) -> dict | None:
     buf = torch.zeros(P + 3, device=buffer_device(plan, role, ctx.device))
     reply = torch.zeros(P + 2, device=buf.device)      # [weights (P) | stop flag | server clock]
     opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    monitor = new_monitor(ctx) if role.coordinator else None
+    monitor = new_monitor(ctx, opt) if role.coordinator else None
     stop, iterations = 0.0, ctx.start.iteration
     n_workers = len(plan.devices)
     batch = role.batch_size
