@@ -89,7 +89,7 @@ def test_run_asks_the_launcher_for_every_process(tmp_path, monkeypatch):
     plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"], ["cpu2"]])
     result = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
-    assert calls == [("main", 4, {"rendezvous": "127.0.0.1:0"})]
+    assert calls == [("main", 4, {"rendezvous": "127.0.0.1:0", "max_restarts": 0})]
     assert "reached 0.9" in result.output
 
 
