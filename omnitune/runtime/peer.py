@@ -16,6 +16,7 @@ round any worker has announced, and every worker stops there, so no one waits fo
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import torch
@@ -101,6 +102,9 @@ class StopBoard:
         self.store.set(f"{self.prefix}stop", str(max(int(r) for r in rounds) + margin))
 
 
+_GOSSIP_JOBS = itertools.count()
+
+
 def train_gossip(ctx: Context, group) -> dict | None:
     from omnitune.runtime.worker import compute_grads, new_monitor
 
@@ -110,7 +114,9 @@ def train_gossip(ctx: Context, group) -> dict | None:
     monitor = new_monitor(ctx, opt) if role.coordinator else None
     me, n = role.shard, len(plan.devices)
     ranks = role.group_ranks
-    board = StopBoard(me, n, "gossip")
+    # Every rank runs the same sequence of jobs (the profiler's calibration runs several in one
+    # process group), so a per-process job count keeps each job's keys apart.
+    board = StopBoard(me, n, f"gossip{next(_GOSSIP_JOBS)}")
     mine, theirs = torch.empty(P), torch.empty(P)
     iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
     for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n):
