@@ -130,11 +130,21 @@ def plan(
         _fail(e)
     out.print(_candidates_table(result))
     p = result.prediction
-    out.print(f"chose {result.protocol} on layout {result.layout} with {len(result.groups)} group(s), "
-              f"batch {next(iter(result.batch_size.values()))}/device, lr {result.lr}, momentum "
+    variant = {"softsync": f" (n={result.softsync_n})", "gossip": f" (every {result.gossip_every} steps)"}
+    balanced = ", balanced batches" if result.rebalance else ""
+    out.print(f"chose {result.protocol}{variant.get(result.protocol, '')}{balanced} on layout {result.layout} "
+              f"with {len(result.groups)} group(s), "
+              f"{_batches(result.batch_size)}, lr {result.lr}, momentum "
               f"{result.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
               f"{p.time_to_target_s:.2f}s = {p.iters_to_target:.0f} iterations × {p.sec_per_iter * 1e3:.2f} ms")
     out.print(f"wrote {out_path}")
+
+
+def _batches(batch_size: dict[str, int]) -> str:
+    sizes = set(batch_size.values())
+    if len(sizes) == 1:
+        return f"batch {sizes.pop()}/device"
+    return "batches " + ", ".join(f"{d} {b}" for d, b in batch_size.items())
 
 
 def _study_storage(plan_path: Path) -> str:
