@@ -34,13 +34,15 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
         rdzv_backend="c10d", rdzv_endpoint=f"{host}:{port}",
         rdzv_configs={"timeout": 120}, max_restarts=max_restarts,
         monitor_interval=0.1, start_method="spawn", local_addr=host,
+        # Workers blocked in a gloo wait do not see SIGTERM at once; after this, SIGKILL.
+        shutdown_timeout=5,
         log_dir=str(log_dir),
     )
 
 
 def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) -> dict[int, Any]:
     """Run `entrypoint(*args)` in `nprocs` processes; return each local rank's return value."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -53,6 +55,10 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     except ChildFailedError as e:
         first = next(iter(e.failures.values()))
         raise UserError(f"a worker process failed (logs in {log_dir}): {_last_line(first)}") from None
+    except (SignalException, KeyboardInterrupt):
+        # The elastic agent has already stopped every worker it started.
+        raise UserError(f"interrupted; workers stopped (logs in {log_dir}); `omnitune run --resume` "
+                        "goes on from the run dir's last checkpoint") from None
 
 
 def _last_line(failure) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from omnitune import env
 from omnitune.workload import Workload, evaluate
 
 
@@ -73,7 +74,8 @@ class Monitor:
         self.evaluations += 1
         if accuracy >= self.target and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
-        line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "iteration": iteration, "train_loss": train_loss,
+        line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": env.restart_count(),
+                "iteration": iteration, "train_loss": train_loss,
                 "test_loss": test_loss, "test_accuracy": accuracy, **(extra or {})}
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(line) + "\n")
