@@ -46,12 +46,13 @@ class Context:
     step_times: list = field(default_factory=list)   # seconds of each local compute step
     batch_times: dict = field(default_factory=dict)  # mean step seconds at each batch size run
     steps: int = 0                                   # local steps (or server updates) in this attempt
+    # The testing fault hook (env.fault_kill), read once: (rank, iteration), first attempt only.
+    fault: tuple | None = field(default_factory=lambda: env.fault_kill() if env.restart_count() == 0 else None)
 
     def tick(self) -> None:
-        """Count a step; the testing fault hook (env.fault_kill) fires here."""
+        """Count a step; the testing fault hook fires here."""
         self.steps += 1
-        fault = env.fault_kill()
-        if fault == (self.role.rank, self.start.iteration + self.steps) and env.restart_count() == 0:
+        if self.fault == (self.role.rank, self.start.iteration + self.steps):
             os.kill(os.getpid(), signal.SIGKILL)
 
     @property
