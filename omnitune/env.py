@@ -29,10 +29,6 @@ def fault_kill() -> tuple[int, int] | None:
     return int(rank), int(iteration)
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def rendezvous_store(timeout_s: float = 120.0):
     """A client of the job's key-value store (torchelastic's, at MASTER_ADDR:MASTER_PORT), its keys
     prefixed by the restart count: the store outlives a failed attempt, and a restarted process

@@ -382,7 +382,7 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
                implicit: dict[int, float] | None = None):
     """The winning configuration as a Plan; a clear error when no probe reached the target."""
     from omnitune.errors import UserError
-    from omnitune.plan import Plan, Prediction
+    from omnitune.plan import SCHEMA_VERSION, Plan, Prediction
 
     best = scored[0]
     if best.time_to_target_s is None:
@@ -395,7 +395,7 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
     devices = tuple(cluster.device(d) for g in c.groups for d in g)
     batch = device_batches(PerfModel.from_profile(profile), c)
     return Plan(
-        schema_version=1, workload=workload, data_dir=data_dir, target_accuracy=target, seed=seed,
+        schema_version=SCHEMA_VERSION, workload=workload, data_dir=data_dir, target_accuracy=target, seed=seed,
         protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
         batch_size=batch, lr=c.lr, momentum=c.momentum, softsync_n=c.softsync_n,
         gossip_every=c.gossip_every, rebalance=c.balanced,

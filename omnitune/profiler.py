@@ -23,8 +23,9 @@ import torch
 from omnitune import workload as workload_mod
 from omnitune.cluster import Cluster, Device
 from omnitune.errors import UserError
-from omnitune.plan import Plan
+from omnitune.plan import SCHEMA_VERSION as PLAN_SCHEMA, Plan
 from omnitune.runtime.context import emulate_slowdown
+from omnitune.profile import SCHEMA_VERSION as PROFILE_SCHEMA
 from omnitune.profile import (AllReduceTiming, DeviceProfile, HostFacts, Network, P2PTiming,
                               Profile, StepTiming)
 
@@ -169,7 +170,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
             progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
             devices[device.id] = device_profile(device.id, measure_alone(wl, train, device, settings), False)
     return Profile(
-        schema_version=1, workload=workload_spec,
+        schema_version=PROFILE_SCHEMA, workload=workload_spec,
         model_params=sum(p.numel() for p in model.parameters()),
         model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         cluster=cluster, devices=tuple(devices[d.id] for d in cluster.devices), network=network,
@@ -187,7 +188,7 @@ def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_di
     ids = cluster.layouts[layout]
     devices = tuple(cluster.device(i) for i in ids)
     return tuple(
-        Plan(schema_version=1, workload=workload_spec, data_dir=data_dir, target_accuracy=1.0, seed=0,
+        Plan(schema_version=PLAN_SCHEMA, workload=workload_spec, data_dir=data_dir, target_accuracy=1.0, seed=0,
              protocol=v.protocol, layout=layout, devices=devices, groups=split(ids, v.g),
              batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, implicit_momentum=1 - 1 / v.g,
              prediction=Prediction(0.0, 0.0, 0.0), candidates=(), profile="", rendezvous=cluster.rendezvous,

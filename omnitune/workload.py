@@ -68,10 +68,6 @@ class Workload:
     def metric(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         return getattr(self.module, "metric", _count_correct)
 
-    def sample_batch(self, train: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first `batch_size` training samples, repeated if the set is smaller."""
-        idx = [i % len(train) for i in range(batch_size)]
-        return collate(train, idx)
 
 
 def load(spec: str) -> Workload:

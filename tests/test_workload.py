@@ -43,7 +43,7 @@ def test_contract_is_checked(tmp_path):
 def test_digits_split_and_model(digits):
     wl, train, test = digits
     assert len(train) + len(test) == 1797 and len(test) == 360
-    x, y = wl.sample_batch(train, 5)
+    x, y = workload.collate(train, range(5))
     assert wl.build_model()(x).shape == (5, 10)
 
 

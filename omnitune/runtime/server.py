@@ -17,7 +17,7 @@ from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, num_params, set_grads
 from omnitune.runtime.monitor import Monitor
-from omnitune.runtime.summary import RunSummary, finite_or_none, save
+from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, finite_or_none, save
 from omnitune.runtime.topology import group_ranks
 
 
@@ -120,7 +120,7 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
     checkpoint.save(ctx.run_dir / "checkpoint.pt", ctx.model, opt, iterations, wall - monitor.eval_s)
     pred = ctx.plan.prediction
     summary = RunSummary(
-        schema_version=1,
+        schema_version=SCHEMA_VERSION,
         reached_target=monitor.time_to_target_s is not None,
         time_to_target_s=monitor.time_to_target_s,
         wall_to_target_s=monitor.wall_to_target_s,
