@@ -212,15 +212,31 @@ def run(
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
                                      "up to this many times (torchelastic)"),
+    node_rank: Optional[int] = typer.Option(None, help="which node of the cluster spec this is, for a plan "
+                                            "on several nodes: run the command on each"),
+    print_commands: bool = typer.Option(False, help="print the command each node runs, and exit"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune.runtime import job
+    if print_commands:
+        try:
+            out.print("\n".join(job.node_commands(str(plan_path), _run_options(locals()))), soft_wrap=True)
+        except UserError as e:
+            _fail(e)
+        return
     try:
         with console.status(f"running {plan_path}…"):
             summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
-                              replan_every_s, replan_probe_iters, checkpoint_every_s, max_restarts)
+                              replan_every_s, replan_probe_iters, checkpoint_every_s, max_restarts, node_rank)
     except UserError as e:
         _fail(e)
+    if summary is None:
+        from omnitune import plan as plan_mod
+        from omnitune.runtime.topology import roles
+        coordinator = roles(plan_mod.load(plan_path))[0].node
+        out.print(f"node {node_rank}: its processes finished; the run's summary and checkpoint are in the run dir "
+                  f"of node {coordinator}, the coordinator's")
+        return
     table = Table(title=f"run {out_dir}")
     table.add_column("")
     table.add_column("predicted", justify="right")
@@ -238,6 +254,20 @@ def run(
         out.print(f"{summary.replans} re-plan(s) took {summary.replan_s:.1f}s (see {out_dir}/replans.jsonl)")
     if not summary.reached_target:
         raise typer.Exit(1)
+
+
+def _run_options(values: dict) -> list[str]:
+    """`omnitune run`'s options as given, for the command each node runs (all but the node's own)."""
+    import inspect
+
+    args = []
+    for name, param in inspect.signature(run).parameters.items():
+        value = values[name]
+        if name in ("plan_path", "node_rank", "print_commands") or value == param.default.default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
 
 
 @app.command()

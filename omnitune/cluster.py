@@ -17,6 +17,20 @@ from omnitune.errors import UserError
 from omnitune.files import from_dict, read_json
 
 LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 29400      # torchrun's rendezvous port: nodes started apart cannot each pick a free one
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def endpoint(text: str) -> tuple[str, int]:
+    """The host and port of a rendezvous "HOST:PORT"; port 0 means a free one (one node only).
+    The job's own store listens on the next port, so the last port is not allowed."""
+    host, sep, port = text.rpartition(":")
+    if not (sep and host and port.isdigit() and int(port) < 65535):
+        raise ValueError(f"rendezvous must be HOST:PORT with a port below 65535, got {text!r}")
+    return host, int(port)
 
 
 @dataclass(frozen=True)
@@ -25,6 +39,7 @@ class Device:
     kind: Literal["cpu", "cuda"]
     host: str = LOOPBACK
     threads: int = 1          # torch intra-op threads of this worker process
+    node: int = 0             # which node of the cluster spec (one `omnitune run --node-rank` each)
     cuda_index: int = -1      # which GPU of its host, for kind == "cuda"
     # EMULATION, for experiments on one machine: each training step is stretched to this many
     # times its real duration (the worker sleeps for the difference).
@@ -33,6 +48,8 @@ class Device:
     def __post_init__(self):
         if not self.id:
             raise ValueError("device id must not be empty")
+        if self.node < 0:
+            raise ValueError(f"device {self.id!r}: node must be at least 0, got {self.node}")
         if self.threads < 1:
             raise ValueError(f"device {self.id!r}: threads must be at least 1, got {self.threads}")
         if not 1.0 <= self.emulated_slowdown <= 1000.0:
@@ -47,6 +64,7 @@ class Cluster:
     layouts: dict[str, tuple[str, ...]]   # layout name -> device ids usable together
     rendezvous: str = f"{LOOPBACK}:0"     # host:port of the c10d rendezvous; port 0 = pick a free one
     server_host: str = LOOPBACK           # where the parameter server runs
+    server_node: int = 0                  # the spec's first node on server_host
 
     def __post_init__(self):
         ids = [d.id for d in self.devices]
@@ -58,6 +76,7 @@ class Cluster:
             unknown = set(members) - set(ids)
             if unknown or not members:
                 raise ValueError(f"layout {name!r} names unknown devices {sorted(unknown)}")
+        endpoint(self.rendezvous)
 
     def device(self, device_id: str) -> Device:
         return next(d for d in self.devices if d.id == device_id)
@@ -141,16 +160,27 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
             if threads < 1:
                 raise UserError(f"{path}: nodes[{n}].cpu_workers[{i}]: threads must be at least 1")
             try:
-                devices.append(Device(f"{prefix}cpu{i}", "cpu", host=node.host, threads=threads,
+                devices.append(Device(f"{prefix}cpu{i}", "cpu", host=node.host, threads=threads, node=n,
                                       emulated_slowdown=slow[i] if slow else 1.0))
             except ValueError as e:
                 raise UserError(f"{path}: nodes[{n}]: {e}") from None
-        devices += [Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g) for g in node.gpus]
+        devices += [Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g, node=n) for g in node.gpus]
     if not devices:
         raise UserError(f"{path}: nodes: no cpu_workers or gpus listed")
-    first = spec.nodes[0].host
+    hosts = [node.host for node in spec.nodes]
+    server_host = spec.server_host or hosts[0]
+    if server_host not in hosts:
+        raise UserError(f"{path}: server_host: {server_host!r} is not the host of any node {hosts}")
+    try:
+        rdzv_host, port = endpoint(spec.rendezvous or f"{hosts[0]}:0")
+    except ValueError as e:
+        raise UserError(f"{path}: rendezvous: {e}") from None
+    if rdzv_host not in hosts:
+        raise UserError(f"{path}: rendezvous: {rdzv_host!r} is not the host of any node {hosts} (its first node "
+                        "there hosts the rendezvous)")
+    rendezvous = f"{rdzv_host}:{port or (DEFAULT_PORT if len(hosts) > 1 else 0)}"
     try:
         return Cluster(devices=tuple(devices), layouts={"cluster": tuple(d.id for d in devices)},
-                       rendezvous=spec.rendezvous or f"{first}:0", server_host=spec.server_host or first)
+                       rendezvous=rendezvous, server_host=server_host, server_node=hosts.index(server_host))
     except ValueError as e:
         raise UserError(f"{path}: {e}") from None

@@ -14,28 +14,45 @@ def world_size() -> int:
     return int(os.environ["WORLD_SIZE"])
 
 
+def local_rank() -> int:
+    """This process's index among the processes its node's launcher started."""
+    return int(os.environ["LOCAL_RANK"])
+
+
 def restart_count() -> int:
     """How many times torchelastic has restarted this job's processes."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
-def fault_kill() -> tuple[int, int] | None:
-    """A TESTING hook: OMNITUNE_FAULT_KILL="RANK:ITERATION" makes that rank kill itself (SIGKILL)
-    at that iteration, on the first attempt only, so tests can break a run on purpose."""
-    value = os.environ.get("OMNITUNE_FAULT_KILL")
-    if not value:
-        return None
-    rank, _, iteration = value.partition(":")
-    return int(rank), int(iteration)
+def fault() -> tuple[str, int, int] | None:
+    """TESTING hooks, to break a run on purpose, on its first attempt only:
+    OMNITUNE_FAULT_KILL="RANK:ITERATION" makes that rank kill itself (SIGKILL) at that iteration;
+    OMNITUNE_FAULT_HANG="RANK:ITERATION" makes it sleep for good: a stuck peer, alive but silent.
+    Returns (action, rank, iteration)."""
+    for action in ("kill", "hang"):
+        value = os.environ.get(f"OMNITUNE_FAULT_{action.upper()}")
+        if value:
+            rank, _, iteration = value.partition(":")
+            return action, int(rank), int(iteration)
+    return None
 
 
 def rendezvous_store(timeout_s: float = 120.0):
-    """A client of the job's key-value store (torchelastic's, at MASTER_ADDR:MASTER_PORT), its keys
-    prefixed by the restart count: the store outlives a failed attempt, and a restarted process
-    must not read the dead processes' addresses."""
+    """A client of torchelastic's key-value store (at MASTER_ADDR:MASTER_PORT), its keys prefixed by
+    the node's restart count, as the profiler's processes use it (one node, no restarts)."""
     from datetime import timedelta
 
     import torch.distributed as dist
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=timedelta(seconds=timeout_s))
     return dist.PrefixStore(f"omnitune/attempt{restart_count()}/", store)
+
+
+def keep_gloo_on_loopback() -> None:
+    """Make gloo listen on the loopback interface (unless GLOO_SOCKET_IFNAME names one): gloo
+    otherwise binds the address the hostname resolves to, which may face the network."""
+    import socket
+
+    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+    if names:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])

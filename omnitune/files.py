@@ -40,6 +40,12 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, allow_nan=False) + "\n").encode())
 
 
+def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
+    """Add one JSON line to a log (metrics, re-plans, restarts): whole lines, each a record."""
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+
+
 def _finite(text: str) -> float:
     """A JSON number as a float; omnitune never writes one that overflows (1e400), so refuse it."""
     value = float(text)

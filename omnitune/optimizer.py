@@ -403,4 +403,4 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,
-        server_host=cluster.server_host, created_at=created_at)
+        server_host=cluster.server_host, server_node=cluster.server_node, created_at=created_at)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from omnitune.cluster import Device
+from omnitune.cluster import Device, endpoint
 from omnitune.files import atomic_write_json, load_versioned, to_dict
 
 SCHEMA_VERSION = 1
@@ -76,6 +76,7 @@ class Plan:
     scale_lr_by_staleness: bool = True         # softsync: each gradient's step is lr / staleness (Rudra)
     gossip_every: int = 1                      # gossip: average with a random peer every this many steps
     rebalance: bool = False                    # re-balance batches in a group from measured step times
+    server_node: int = 0                       # the cluster spec's node that runs the parameter server
 
     def __post_init__(self):
         if not 0 < self.target_accuracy <= 1:
@@ -98,6 +99,9 @@ class Plan:
             raise ValueError(f"gossip_every must be at least 1, got {self.gossip_every}")
         if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
             raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
+        endpoint(self.rendezvous)
+        if self.server_node < 0:
+            raise ValueError(f"server_node must be at least 0, got {self.server_node}")
 
     @property
     def server(self) -> bool:

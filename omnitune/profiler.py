@@ -192,7 +192,8 @@ def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_di
              protocol=v.protocol, layout=layout, devices=devices, groups=split(ids, v.g),
              batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, implicit_momentum=1 - 1 / v.g,
              prediction=Prediction(0.0, 0.0, 0.0), candidates=(), profile="", rendezvous=cluster.rendezvous,
-             server_host=cluster.server_host, created_at="", softsync_n=v.softsync_n, gossip_every=v.gossip_every)
+             server_host=cluster.server_host, server_node=cluster.server_node, created_at="",
+             softsync_n=v.softsync_n, gossip_every=v.gossip_every)
         for v in variants(len(ids), PROTOCOLS) for b in batches)
 
 

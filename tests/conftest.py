@@ -30,10 +30,12 @@ def write(path: Path, text: str) -> Path:
 
 
 def make_plan(path: Path, protocol: str, groups, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
-              target: float = 0.9, workload: str = "lenet-digits", slowdown: dict | None = None, **extra) -> Path:
+              target: float = 0.9, workload: str = "lenet-digits", slowdown: dict | None = None,
+              nodes: dict | None = None, **extra) -> Path:
     """A plan for CPU workers cpu0, cpu1, … split into `groups` (lists of device ids).
 
-    `slowdown` maps device ids to an emulated slowdown factor; `extra` sets other plan fields.
+    `slowdown` maps device ids to an emulated slowdown factor, `nodes` to their node of the
+    cluster spec (all on this host); `extra` sets other plan fields.
     """
     from dataclasses import replace
 
@@ -42,7 +44,8 @@ def make_plan(path: Path, protocol: str, groups, batch: int = 32, lr: float = 0.
 
     base = plan_mod.load(DATA / "plan-v1.json")
     ids = [d for g in groups for d in g]
-    devices = tuple(Device(i, "cpu", emulated_slowdown=(slowdown or {}).get(i, 1.0)) for i in ids)
+    devices = tuple(Device(i, "cpu", emulated_slowdown=(slowdown or {}).get(i, 1.0), node=(nodes or {}).get(i, 0))
+                    for i in ids)
     p = replace(base, protocol=protocol, layout="one-per-core", groups=tuple(tuple(g) for g in groups),
                 devices=devices, batch_size={i: batch for i in ids},
                 lr=lr, momentum=momentum, target_accuracy=target, workload=workload,

@@ -89,8 +89,51 @@ def test_run_asks_the_launcher_for_every_process(tmp_path, monkeypatch):
     plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"], ["cpu2"]])
     result = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
-    assert calls == [("main", 4, {"rendezvous": "127.0.0.1:0", "max_restarts": 0})]
+    (name, nprocs, kw), = calls
+    assert (name, nprocs) == ("main", 4)
+    assert (kw["rendezvous"], kw["max_restarts"], kw["nodes"], kw["local_addr"], kw["is_host"]) == \
+        ("127.0.0.1:0", 0, 1, "127.0.0.1", None)
     assert "reached 0.9" in result.output
+
+
+def two_node_plan(tmp_path):
+    return make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], nodes={"cpu1": 1},
+                     rendezvous="127.0.0.1:29511")
+
+
+def test_print_commands_gives_each_node_its_command(tmp_path):
+    plan = two_node_plan(tmp_path)
+    result = runner.invoke(app, ["run", str(plan), "--out-dir", "runs/x", "--max-restarts", "2", "--print-commands"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "# node 0 on 127.0.0.1: parameter server, cpu0 (the coordinator: metrics, checkpoint and " \
+                       "summary are written here)"
+    assert lines[1] == f"omnitune run {plan} --node-rank 0 --out-dir runs/x --max-restarts 2"
+    assert lines[2] == "# node 1 on 127.0.0.1: cpu1"
+    assert lines[3] == f"omnitune run {plan} --node-rank 1 --out-dir runs/x --max-restarts 2"
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "the plan runs on 2 nodes: start `omnitune run"),
+    (["--node-rank", "2"], "--node-rank 2: the plan has processes on nodes [0, 1]"),
+    (["--node-rank", "1", "--replan-every-s", "1"], "--replan-every-s: re-planning runs on one node only"),
+])
+def test_a_plan_on_two_nodes_needs_a_node_rank(tmp_path, args, needle):
+    result = runner.invoke(app, ["run", str(two_node_plan(tmp_path)), "--out-dir", str(tmp_path / "r"), *args])
+    assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output
+
+
+def test_a_node_without_the_coordinator_launches_its_own_processes(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr("omnitune.runtime.launch.launch", lambda entry, args, nprocs, log_dir, **kw:
+                        calls.append((args[0], nprocs, kw)))
+    result = runner.invoke(app, ["run", str(two_node_plan(tmp_path)), "--out-dir", str(tmp_path / "r"),
+                                 "--node-rank", "1"])
+    assert result.exit_code == 0, result.output
+    (job_args, nprocs, kw), = calls
+    assert (job_args.node, job_args.store_port, nprocs) == (1, 29512, 1)
+    assert (kw["nodes"], kw["is_host"], kw["rendezvous"]) == (2, False, "127.0.0.1:29511")
+    assert "summary and checkpoint are in the run dir of node 0" in result.output
 
 
 @pytest.mark.slow

@@ -32,7 +32,20 @@ def test_json_spec_with_two_nodes(tmp_path):
                     ' {"host": "10.0.0.2", "cpu_workers": [1]}], "rendezvous": "10.0.0.1:29400"}')
     c = load_cluster(spec)
     assert [d.id for d in c.devices] == ["n0-cpu0", "n1-cpu0"]
+    assert [d.node for d in c.devices] == [0, 1]
     assert c.hosts == ("10.0.0.1", "10.0.0.2")
+    assert (c.server_host, c.server_node) == ("10.0.0.1", 0)
+
+
+def test_two_nodes_on_one_host_get_a_fixed_port_and_the_named_server_node(tmp_path):
+    """Nodes are told apart by their place in the spec, so two can share a host (as in the tests);
+    several nodes cannot each pick a free port, so they get torchrun's default."""
+    spec = tmp_path / "c.yaml"
+    spec.write_text("nodes:\n  - host: localhost\n  - host: 127.0.0.1\n    gpus: [0]\nserver_host: 127.0.0.1\n")
+    c = load_cluster(spec)
+    assert [(d.id, d.node, d.host) for d in c.devices] == \
+        [("n0-cpu0", 0, "localhost"), ("n1-cpu0", 1, "127.0.0.1"), ("n1-cuda0", 1, "127.0.0.1")]
+    assert (c.rendezvous, c.server_node) == ("localhost:29400", 1)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -42,6 +55,10 @@ def test_json_spec_with_two_nodes(tmp_path):
     ("nodes:\n  - cpus: 3", "unknown key 'cpus'"),
     ("nodes: [", "not valid YAML"),
     ("- 1", "expected a mapping"),
+    ("nodes:\n  - host: a\nserver_host: b", "server_host: 'b' is not the host of any node"),
+    ("nodes:\n  - host: a\nrendezvous: b:29400", "rendezvous: 'b' is not the host of any node"),
+    ("nodes:\n  - host: a\nrendezvous: a", "rendezvous must be HOST:PORT"),
+    ("nodes:\n  - host: a\nrendezvous: 'a:65535'", "port below 65535"),
 ])
 def test_bad_specs(tmp_path, text, needle):
     spec = tmp_path / "c.yaml"

@@ -49,3 +49,30 @@ def test_a_real_run_on_a_gpu(tmp_path):
     plan_mod.save(plan, tmp_path / "plan.json")
     s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), max_time_s=60)
     assert s.reached_target
+
+
+def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monkeypatch):
+    """A CPU node with the server and a node of two GPUs: node 1 starts its two GPU processes,
+    which form a group all-reducing with NCCL; the launcher is faked at its seam."""
+    from omnitune.cluster import load_cluster
+    from omnitune.runtime import job
+    from omnitune.runtime.topology import nodes
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [2]\n  - host: 127.0.0.1\n"
+                    "    cpu_workers: []\n    gpus: [0, 1]\nrendezvous: 127.0.0.1:29500\n")
+    cluster = load_cluster(spec)
+    base = plan_mod.load(DATA / "plan-v1.json")
+    plan = replace(base, protocol="groups", devices=cluster.devices, groups=(("n1-cuda0", "n1-cuda1"), ("n0-cpu0",)),
+                   batch_size={d.id: 16 for d in cluster.devices}, rendezvous=cluster.rendezvous)
+    plan_mod.save(plan, tmp_path / "plan.json")
+    node0, node1 = nodes(plan)
+    rs = roles(plan)
+    assert [rs[r].kind for r in node0.ranks] == ["server", "worker"] and rs[node0.ranks[1]].device.id == "n0-cpu0"
+    assert [rs[r].device.cuda_index for r in node1.ranks] == [0, 1]
+    assert buffer_device(plan, rs[node1.ranks[0]], torch.device("cuda", 0)).type == "cuda"
+    calls = []
+    monkeypatch.setattr("omnitune.runtime.launch.launch", lambda entry, args, nprocs, log_dir, **kw:
+                        calls.append((nprocs, kw["nodes"], kw["is_host"])))
+    assert job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), node_rank=1) is None
+    assert calls == [(2, 2, False)]

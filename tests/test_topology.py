@@ -2,7 +2,7 @@ from dataclasses import replace
 
 from omnitune import plan as plan_mod
 from omnitune.cluster import Device
-from omnitune.runtime.topology import group_ranks, roles
+from omnitune.runtime.topology import Node, group_ranks, nodes, roles
 from tests.conftest import DATA
 
 
@@ -29,3 +29,17 @@ def test_groups_put_the_server_at_rank_zero():
     assert [r.leader for r in rs[1:]] == [True, False, True, False]
     assert [r.batch_size for r in rs[1:]] == [8, 9, 10, 11]
     assert [r.device.id for r in rs[1:]] == ["cpu0", "cpu1", "cpu2", "cpu3"]
+
+
+def test_nodes_run_their_own_ranks_in_rank_order():
+    """Two nodes on one host, the server on node 1: each node's local ranks map to the plan's ranks."""
+    p = make("groups", (("cpu0", "cpu1"), ("cpu2", "cpu3")))
+    devices = tuple(replace(d, node=i % 2) for i, d in enumerate(p.devices))
+    p = replace(p, devices=devices, server_node=1)
+    assert nodes(p) == (Node(0, "127.0.0.1", (1, 3)), Node(1, "127.0.0.1", (0, 2, 4)))
+    assert sorted(r for n in nodes(p) for r in n.ranks) == list(range(p.processes))
+
+
+def test_sync_on_one_node_has_every_rank_there():
+    p = make("sync", (("cpu0", "cpu1", "cpu2", "cpu3"),))
+    assert nodes(p) == (Node(0, "127.0.0.1", (0, 1, 2, 3)),)

@@ -8,13 +8,18 @@ on where this one stopped, with the clock and counters continuing.
 from __future__ import annotations
 
 import io
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from omnitune.errors import UserError
 from omnitune.files import atomic_write_bytes
+
+
+FILE = "checkpoint.pt"     # in the run dir, on the coordinator's host
 
 
 @dataclass(frozen=True)
@@ -33,17 +38,34 @@ def save(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, iterati
     atomic_write_bytes(path, data.getvalue())
 
 
-def load(path: str | None, model: torch.nn.Module) -> Start:
-    """Load weights into `model`; return the counters and optimizer state to continue from."""
-    if path is None:
+def shared(path: str | None) -> bytes | None:
+    """The checkpoint at rank 0's `path` (None: start from scratch), as bytes on every rank of the
+    default process group: only the coordinator's host needs the file."""
+    data = b""
+    if dist.get_rank() == 0 and path is not None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise UserError(f"{path}: cannot read the checkpoint ({e.strerror})") from None
+    size = torch.tensor([len(data)])
+    dist.broadcast(size, src=0)
+    if not size:
+        return None
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(int(size), dtype=torch.uint8)
+    dist.broadcast(buf, src=0)
+    return buf.numpy().tobytes()
+
+
+def load(data: bytes | None, model: torch.nn.Module, name: str) -> Start:
+    """Load a checkpoint's weights into `model` (None: start from scratch); return the counters and
+    optimizer state to continue from. `name` says where the bytes came from, for errors."""
+    if data is None:
         return Start()
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
-    except FileNotFoundError:
-        raise UserError(f"{path}: checkpoint not found") from None
-    except (RuntimeError, KeyError, EOFError) as e:
-        raise UserError(f"{path}: not a checkpoint of this model ({str(e).splitlines()[0]})") from None
+    except (RuntimeError, KeyError, EOFError, TypeError, pickle.UnpicklingError) as e:
+        raise UserError(f"{name}: not a checkpoint of this model ({str(e).splitlines()[0]})") from None
     return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"])
 
 

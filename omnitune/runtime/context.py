@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,9 @@ from omnitune.runtime.topology import Role
 from omnitune.workload import Workload
 
 
+FAULT_MARK = "omnitune fault hook:"      # in the broken rank's stderr log
+
+
 @dataclass(frozen=True)
 class JobArgs:
     """The arguments every process of a run receives (they must pickle)."""
@@ -30,6 +34,9 @@ class JobArgs:
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
     max_restarts: int = 0              # torchelastic restarts every process after a failure
+    node: int = 0                      # the cluster spec's node these processes run on
+    store_port: int = 0                # of the job's own key-value store, on the coordinator's host
+    attempt: int = 0                   # which start of the job: 0, then 1 after the first restart
 
 
 @dataclass
@@ -42,18 +49,27 @@ class Context:
     model: torch.nn.Module
     train: torch.utils.data.Dataset
     test: torch.utils.data.Dataset
+    store: object                                    # the job's key-value store (a torch.distributed Store)
     start: Start = Start()
     step_times: list = field(default_factory=list)   # seconds of each local compute step
     batch_times: dict = field(default_factory=dict)  # mean step seconds at each batch size run
     steps: int = 0                                   # local steps (or server updates) in this attempt
-    # The testing fault hook (env.fault_kill), read once: (rank, iteration), first attempt only.
-    fault: tuple | None = field(default_factory=lambda: env.fault_kill() if env.restart_count() == 0 else None)
+    fault: tuple | None = None        # the testing fault hook (env.fault): (action, rank, iteration)
+
+    def __post_init__(self):
+        if self.job.attempt == 0:        # the hook breaks the first attempt only
+            self.fault = env.fault()
 
     def tick(self) -> None:
         """Count a step; the testing fault hook fires here."""
         self.steps += 1
-        if self.fault == (self.role.rank, self.start.iteration + self.steps):
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault and self.fault[1:] == (self.role.rank, self.start.iteration + self.steps):
+            action = self.fault[0]
+            print(f"{FAULT_MARK} {action} rank {self.role.rank} at iteration {self.fault[2]}, time {time.time():.3f}",
+                  file=sys.stderr, flush=True)
+            if action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(1e9)
 
     @property
     def run_dir(self) -> Path:

@@ -9,52 +9,85 @@ Each re-plan is a line of replans.jsonl in the run dir.
 from __future__ import annotations
 
 import dataclasses
-import json
+import hashlib
+import shlex
 import time
 from pathlib import Path
 
 import torch
 
 from omnitune import plan as plan_mod, replan as replan_mod, workload as workload_mod
+from omnitune.cluster import endpoint
 from omnitune.errors import UserError
-from omnitune.runtime import launch as launch_mod
+from omnitune.files import append_jsonl
+from omnitune.runtime import checkpoint, launch as launch_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
-
-CHECKPOINT = "checkpoint.pt"
-
+from omnitune.runtime.topology import Node, node, nodes, roles
 
 def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float, timeout_s: float,
-            resume: bool = False) -> tuple[plan_mod.Plan, JobArgs]:
-    """Validate inputs and lay out the run dir; no process is started here."""
+            resume: bool = False, node_rank: int | None = None) -> tuple[plan_mod.Plan, JobArgs]:
+    """Validate inputs and lay out this node's run dir; no process is started here.
+
+    The coordinator's node keeps the run's files (metrics, checkpoint, summary); the other nodes'
+    run dirs hold their processes' logs.
+    """
     plan = plan_mod.load(plan_path)
     if max_time_s <= 0:
         raise UserError(f"--max-time-s must be positive, got {max_time_s}")
     if eval_every_s <= 0:
         raise UserError(f"--eval-every-s must be positive, got {eval_every_s}")
-    hosts = {d.host for d in plan.devices} | {plan.server_host}
-    if hosts - {"127.0.0.1", "localhost"}:
-        raise UserError(f"{plan_path}: devices on other hosts {sorted(hosts)}: multi-host runs "
-                        "are not supported yet (see README, 'Several machines')")
+    here = this_node(plan, plan_path, node_rank)
+    coordinator = here.index == roles(plan)[0].node
     run_dir = Path(out_dir)
     resume_from = None
-    if resume:
-        resume_from = str((run_dir / CHECKPOINT).resolve())
+    if resume and coordinator:
+        resume_from = str((run_dir / checkpoint.FILE).resolve())
         if not Path(resume_from).is_file():
-            raise UserError(f"--resume: no {CHECKPOINT} in {run_dir}")
+            raise UserError(f"--resume: no {checkpoint.FILE} in {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl"):
+    if coordinator and not resume:      # a restart must not go on from an earlier run's checkpoint
+        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", checkpoint.FILE):
             (run_dir / stale).unlink(missing_ok=True)
     job = JobArgs(plan_path=str(Path(plan_path).resolve()), run_dir=str(run_dir.resolve()),
-                  max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s, resume_from=resume_from)
+                  max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s, resume_from=resume_from,
+                  node=here.index, store_port=store_port(plan))
     return plan, job
+
+
+def this_node(plan: plan_mod.Plan, plan_path: str, node_rank: int | None) -> Node:
+    """The node `--node-rank` names (none needed when the plan has one), checked against the plan."""
+    everyone = nodes(plan)
+    if node_rank is None:
+        if len(everyone) > 1:
+            raise UserError(f"{plan_path}: the plan runs on {len(everyone)} nodes: start `omnitune run "
+                            f"{plan_path} --node-rank I` on each (`--print-commands` lists them)")
+        return everyone[0]
+    match = [n for n in everyone if n.index == node_rank]
+    if not match:
+        raise UserError(f"--node-rank {node_rank}: the plan has processes on nodes {[n.index for n in everyone]}")
+    if len(everyone) > 1:
+        host, port = endpoint(plan.rendezvous)
+        if not port:
+            raise UserError(f"{plan_path}: rendezvous {plan.rendezvous!r}: several nodes need a fixed port")
+        if host not in {n.host for n in everyone}:
+            raise UserError(f"{plan_path}: rendezvous host {host!r} runs none of the plan's nodes")
+    return match[0]
+
+
+def store_port(plan: plan_mod.Plan) -> int:
+    """The job's own store listens on the port after the rendezvous's (a free one on a single
+    node that lets the rendezvous pick its port)."""
+    _, port = endpoint(plan.rendezvous)
+    return port + 1 if port else launch_mod.free_port(roles(plan)[0].host)
 
 
 def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
         timeout_s: float = 120.0, resume: bool = False, replan_every_s: float | None = None,
-        replan_probe_iters: int = 30, checkpoint_every_s: float | None = None, max_restarts: int = 0) -> RunSummary:
-    plan, job = prepare(plan_path, out_dir, max_time_s, eval_every_s, timeout_s, resume)
+        replan_probe_iters: int = 30, checkpoint_every_s: float | None = None, max_restarts: int = 0,
+        node_rank: int | None = None) -> RunSummary | None:
+    """Run this node's processes of the plan; the coordinator's node returns the run's summary."""
+    plan, job = prepare(plan_path, out_dir, max_time_s, eval_every_s, timeout_s, resume, node_rank)
     if checkpoint_every_s is not None and checkpoint_every_s <= 0:
         raise UserError(f"--checkpoint-every-s must be positive, got {checkpoint_every_s}")
     if max_restarts < 0:
@@ -64,14 +97,37 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
         return run_job(plan, job)
     if replan_every_s <= 0:
         raise UserError(f"--replan-every-s must be positive, got {replan_every_s}")
+    if len(nodes(plan)) > 1:
+        raise UserError("--replan-every-s: re-planning runs on one node only, and this plan has several")
     return run_with_replans(plan, job, replan_every_s, replan_probe_iters)
 
 
-def run_job(plan: plan_mod.Plan, job: JobArgs) -> RunSummary:
+def node_commands(plan_path: str, options: list[str]) -> list[str]:
+    """The `omnitune run` command of each node of the plan, each after a comment saying what runs there."""
+    plan = plan_mod.load(plan_path)
+    everyone = roles(plan)
+    lines = []
+    for n in nodes(plan):
+        kinds = [everyone[r].device.id if everyone[r].device else "parameter server" for r in n.ranks]
+        note = " (the coordinator: metrics, checkpoint and summary are written here)" if 0 in n.ranks else ""
+        lines.append(f"# node {n.index} on {n.host}: {', '.join(kinds)}{note}")
+        lines.append(shlex.join(["omnitune", "run", plan_path, "--node-rank", str(n.index), *options]))
+    return lines
+
+
+def run_job(plan: plan_mod.Plan, job: JobArgs) -> RunSummary | None:
     from omnitune.runtime.worker import main
 
-    launch_mod.launch(main, (job,), plan.processes, Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
-                      max_restarts=job.max_restarts)
+    everyone, here = nodes(plan), node(plan, job.node)
+    rdzv_host, _ = endpoint(plan.rendezvous)
+    is_host = None if len(everyone) == 1 else here == next(n for n in everyone if n.host == rdzv_host)
+    # Every node must name the same rendezvous run: the plan's contents name it.
+    run_id = hashlib.sha256(Path(job.plan_path).read_bytes()).hexdigest()[:12]
+    launch_mod.launch(main, (job,), len(here.ranks), Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
+                      max_restarts=job.max_restarts, run_id=run_id, nodes=len(everyone), local_addr=here.host,
+                      is_host=is_host)
+    if here.index != roles(plan)[0].node:
+        return None
     return load_summary(Path(job.run_dir) / "summary.json")
 
 
@@ -84,15 +140,14 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float, probe_it
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
         start = time.perf_counter()
-        new_plan, record = replan(plan, run_dir / CHECKPOINT, probe_iters)
+        new_plan, record = replan(plan, run_dir / checkpoint.FILE, probe_iters)
         replans, replan_s = replans + 1, replan_s + time.perf_counter() - start
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=time.perf_counter() - start)
-        with open(run_dir / "replans.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(run_dir / "replans.jsonl", record)
         plan_path = run_dir / f"plan-replan-{replans}.json"
         plan_mod.save(new_plan, plan_path)
         plan = new_plan
-        job = dataclasses.replace(job, plan_path=str(plan_path), resume_from=str(run_dir / CHECKPOINT))
+        job = dataclasses.replace(job, plan_path=str(plan_path), resume_from=str(run_dir / checkpoint.FILE))
     summary = dataclasses.replace(summary, replans=replans, replan_s=replan_s)
     save_summary(summary, run_dir / "summary.json")
     return summary

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from omnitune.cluster import LOOPBACK
+from omnitune.cluster import LOOPBACK, endpoint
 from omnitune.errors import UserError
 
 
@@ -22,18 +22,25 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBACK}:0",
-                         max_restarts: int = 0, run_id: str | None = None) -> dict[str, Any]:
-    """Keyword arguments for torch's LaunchConfig: a single node, c10d rendezvous on loopback."""
-    host, _, port = rendezvous.rpartition(":")
-    host = host or LOOPBACK
-    if not port or port == "0":
-        port = str(free_port(host))
+                         max_restarts: int = 0, run_id: str | None = None, nodes: int = 1,
+                         local_addr: str = LOOPBACK, is_host: bool | None = None) -> dict[str, Any]:
+    """Keyword arguments for torch's LaunchConfig: this node's part of a c10d rendezvous of `nodes`.
+
+    With several nodes every node must pass the same `run_id` and a fixed port, and exactly one
+    (`is_host`) serves the rendezvous store; the others wait up to 10 minutes for everyone to join.
+    """
+    host, port = endpoint(rendezvous)
+    if not port:
+        port = free_port(host)
+    configs: dict[str, Any] = {"timeout": 120 if nodes == 1 else 600}
+    if is_host is not None:
+        configs["is_host"] = is_host
     return dict(
-        min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
+        min_nodes=nodes, max_nodes=nodes, nproc_per_node=nprocs,
         run_id=run_id or uuid.uuid4().hex[:12],
         rdzv_backend="c10d", rdzv_endpoint=f"{host}:{port}",
-        rdzv_configs={"timeout": 120}, max_restarts=max_restarts,
-        monitor_interval=0.1, start_method="spawn", local_addr=host,
+        rdzv_configs=configs, max_restarts=max_restarts,
+        monitor_interval=0.1, start_method="spawn", local_addr=local_addr,
         # Workers blocked in a gloo wait do not see SIGTERM at once; after this, SIGKILL.
         shutdown_timeout=5,
         log_dir=str(log_dir),
@@ -53,8 +60,11 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     try:
         return elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as e:
-        first = next(iter(e.failures.values()))
-        raise UserError(f"a worker process failed (logs in {log_dir}): {_last_line(first)}") from None
+        line = _last_line(next(iter(e.failures.values())))
+        if "timed out" in line.lower():
+            raise UserError(f"a peer was silent for longer than --timeout-s, so the job stopped (logs in "
+                            f"{log_dir}): {line}") from None
+        raise UserError(f"a worker process failed (logs in {log_dir}): {line}") from None
     except (SignalException, KeyboardInterrupt):
         # The elastic agent has already stopped every worker it started.
         raise UserError(f"interrupted; workers stopped (logs in {log_dir}); `omnitune run --resume` "

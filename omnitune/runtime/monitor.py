@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from omnitune import env
+from omnitune.files import append_jsonl
 from omnitune.workload import Workload, evaluate
 
 
@@ -41,6 +40,7 @@ class Monitor:
     saver: object = None                      # saver(iteration, train_s) writes a checkpoint
     next_checkpoint: float = 0.0
     checkpoints: int = 0
+    attempt: int = 0                          # which start of the job (0, then 1 after a restart)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -74,9 +74,8 @@ class Monitor:
         self.evaluations += 1
         if accuracy >= self.target and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
-        line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": env.restart_count(),
-                "iteration": iteration, "train_loss": train_loss,
+        line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
+                "time": round(time.time(), 3), "iteration": iteration, "train_loss": train_loss,
                 "test_loss": test_loss, "test_accuracy": accuracy, **(extra or {})}
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(line) + "\n")
+        append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall

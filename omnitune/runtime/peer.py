@@ -9,7 +9,7 @@ made meanwhile. Communication overlaps computation; gradients are one step stale
 gossip (Jin et al. 2016): no server and no global barrier. Every `gossip_every` iterations each
 worker averages its parameters with one peer, chosen by a random perfect matching that every
 worker derives from the seed and the round number (pull: each fetches the other's weights). The
-coordinator stops the job through the rendezvous store: it names a last round just beyond the
+coordinator stops the job through the job's key-value store: it names a last round just beyond the
 round any worker has announced, and every worker stops there, so no one waits for a departed peer.
 """
 
@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from omnitune import env
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, num_params, set_params
@@ -84,10 +83,10 @@ def matching(round_: int, n: int, seed: int) -> list[int]:
 
 
 class StopBoard:
-    """Agreeing on a last round through the rendezvous store, without a barrier."""
+    """Agreeing on a last round through the job's key-value store, without a barrier."""
 
-    def __init__(self, rank: int, n: int, run_key: str):
-        self.store = env.rendezvous_store()
+    def __init__(self, store, rank: int, n: int, run_key: str):
+        self.store = store
         self.rank, self.n, self.prefix = rank, n, f"omnitune/{run_key}/"
 
     def announce(self, round_: int) -> None:
@@ -116,7 +115,7 @@ def train_gossip(ctx: Context, group) -> dict | None:
     ranks = role.group_ranks
     # Every rank runs the same sequence of jobs (the profiler's calibration runs several in one
     # process group), so a per-process job count keeps each job's keys apart.
-    board = StopBoard(me, n, f"gossip{next(_GOSSIP_JOBS)}")
+    board = StopBoard(ctx.store, me, n, f"gossip{next(_GOSSIP_JOBS)}")
     mine, theirs = torch.empty(P), torch.empty(P)
     iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
     for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n):

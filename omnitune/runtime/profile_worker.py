@@ -55,7 +55,8 @@ def time_allreduce(n: int, sizes: list[int], repeats: int) -> list[AllReduceTimi
     out = []
     rank = dist.get_rank()
     for k in range(2, n + 1):
-        group = dist.new_group(list(range(1, k + 1)))     # every rank creates every group, in order
+        # Every rank creates every group, in order; a group does not inherit the default's timeout.
+        group = dist.new_group(list(range(1, k + 1)), timeout=timedelta(seconds=300))
         for nbytes in sizes:
             dist.barrier()
             if 1 <= rank <= k:
@@ -107,11 +108,12 @@ def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
     from omnitune.runtime.worker import run_role
 
     out = []
+    store = env.rendezvous_store()
     with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
         for plan in job.calibration_plans:
             args = JobArgs(plan_path="(calibration)", run_dir=tmp, max_time_s=job.settings.calibrate_s,
                            eval_every_s=1e9, timeout_s=120)
-            summary = run_role(args, plan, wl, train, test)
+            summary = run_role(args, plan, wl, train, test, store)
             if summary is not None:
                 key = protocol_key(plan.protocol, plan.softsync_n, plan.gossip_every)
                 out.append(Calibration(layout=plan.layout, protocol=key, groups=len(plan.groups),
@@ -127,6 +129,7 @@ def main(job: ProfileJob) -> dict:
     rank = env.rank()
     device = job.devices[rank - 1] if rank > 0 else None
     torch_dev = torch_device(device)
+    env.keep_gloo_on_loopback()            # the profiler runs on this machine only
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         wl = workload_mod.load(job.workload)

@@ -12,7 +12,6 @@ import math
 import torch
 import torch.distributed as dist
 
-from omnitune import env
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, num_params, set_grads
@@ -117,7 +116,7 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
     if monitor.evaluations == 0 or monitor.time_to_target_s is None:
         monitor.evaluate(ctx.model, iterations)
     wall = monitor.elapsed()
-    checkpoint.save(ctx.run_dir / "checkpoint.pt", ctx.model, opt, iterations, wall - monitor.eval_s)
+    checkpoint.save(ctx.run_dir / checkpoint.FILE, ctx.model, opt, iterations, wall - monitor.eval_s)
     pred = ctx.plan.prediction
     summary = RunSummary(
         schema_version=SCHEMA_VERSION,
@@ -139,7 +138,7 @@ def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_gro
         mean_staleness=mean_staleness,
         evaluations=monitor.evaluations,
         protocol_stats=dict(stats or {}),
-        restarts=env.restart_count(),
+        restarts=ctx.job.attempt,
         checkpoints=monitor.checkpoints,
     )
     save(summary, ctx.run_dir / "summary.json")

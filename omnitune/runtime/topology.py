@@ -3,6 +3,10 @@
 Ranks: with a parameter server (every protocol but `sync`), rank 0 is the server and the workers
 follow; otherwise the workers start at rank 0. Workers are numbered group by group, so a group's
 first rank is its leader, the one that talks to the server.
+
+Nodes: each node of the cluster spec starts its own processes (`omnitune run --node-rank I`), its
+ranks in rank order. torchelastic numbers processes its own way; these ranks, not its, are the
+ones every process joins the process group with.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ class Role:
     group_ranks: tuple[int, ...] = ()     # every rank of this worker's group, leader first
     shard: int = -1                       # which slice of the training set this worker reads
     batch_size: int = 0
+    node: int = 0                         # the cluster spec's node this process runs on
+    host: str = ""
 
     @property
     def leader(self) -> bool:
@@ -37,7 +43,7 @@ class Role:
 def roles(plan: Plan) -> list[Role]:
     out: list[Role] = []
     if plan.server:
-        out.append(Role(rank=0, kind="server"))
+        out.append(Role(rank=0, kind="server", node=plan.server_node, host=plan.server_host))
     rank = len(out)
     shard = 0
     for g, members in enumerate(plan.groups):
@@ -45,7 +51,7 @@ def roles(plan: Plan) -> list[Role]:
         for device_id in members:
             device = next(d for d in plan.devices if d.id == device_id)
             out.append(Role(rank=rank, kind="worker", device=device, group=g, group_ranks=ranks,
-                            shard=shard, batch_size=plan.batch_size[device_id]))
+                            shard=shard, batch_size=plan.batch_size[device_id], node=device.node, host=device.host))
             rank += 1
             shard += 1
     return out
@@ -58,3 +64,24 @@ def group_ranks(plan: Plan) -> list[tuple[int, ...]]:
         if r.kind == "worker":
             by_group[r.group] = r.group_ranks
     return [by_group[g] for g in sorted(by_group)]
+
+
+@dataclass(frozen=True)
+class Node:
+    index: int                  # in the cluster spec: `--node-rank`
+    host: str
+    ranks: tuple[int, ...]      # of its processes; local rank i runs ranks[i]
+
+
+def nodes(plan: Plan) -> tuple[Node, ...]:
+    """The nodes that run processes of this plan, in spec order."""
+    ranks: dict[int, list[int]] = {}
+    hosts: dict[int, str] = {}
+    for r in roles(plan):
+        ranks.setdefault(r.node, []).append(r.rank)
+        hosts[r.node] = r.host
+    return tuple(Node(n, hosts[n], tuple(ranks[n])) for n in sorted(ranks))
+
+
+def node(plan: Plan, index: int) -> Node:
+    return next(n for n in nodes(plan) if n.index == index)

@@ -9,6 +9,7 @@ the parameter server and the group continues from the weights it sends back (Omn
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,11 +18,13 @@ import torch
 import torch.distributed as dist
 
 from omnitune import env, plan as plan_mod, workload as workload_mod
+from omnitune.cluster import is_loopback
+from omnitune.files import append_jsonl
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, emulate_slowdown, torch_device
 from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
-from omnitune.runtime.topology import group_ranks, roles
+from omnitune.runtime.topology import group_ranks, node, roles
 from omnitune.plan import Plan
 from omnitune.runtime.balance import equal_time_batches, step_time_line
 from omnitune.workload import Workload, batches
@@ -30,28 +33,59 @@ from omnitune.workload import Workload, batches
 def main(job: JobArgs) -> dict | None:
     """Run this process's role; the coordinator returns the run summary as a dict."""
     plan = plan_mod.load(job.plan_path)
-    latest = Path(job.run_dir) / "checkpoint.pt"
-    if env.restart_count() > 0 and latest.is_file():    # torchelastic restarted us: go on from there
-        job = dataclasses.replace(job, resume_from=str(latest))
-    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s),
-                            store=env.rendezvous_store(job.timeout_s), rank=env.rank(), world_size=env.world_size())
+    everyone = roles(plan)
+    rank = node(plan, job.node).ranks[env.local_rank()]
+    if is_loopback(everyone[rank].host):
+        env.keep_gloo_on_loopback()
+    store = job_store(everyone[0].host, job.store_port, rank == 0, job.timeout_s)
+    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s), store=store, rank=rank,
+                            world_size=plan.processes)
     try:
+        job = dataclasses.replace(job, attempt=agreed_attempt())
+        latest = Path(job.run_dir) / checkpoint.FILE
+        if job.attempt > 0 and rank == 0 and latest.is_file():   # restarted by torchelastic: go on from there
+            job = dataclasses.replace(job, resume_from=str(latest))
         wl = workload_mod.load(plan.workload)
         train, test = wl.build_datasets(plan.data_dir, plan.seed)
-        return run_role(job, plan, wl, train, test)
+        return run_role(job, plan, wl, train, test, store)
     finally:
         dist.destroy_process_group()
 
 
-def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None:
+def job_store(host: str, port: int, serve: bool, timeout_s: float) -> dist.Store:
+    """The job's key-value store, new at every (re)start of the job, so no process reads keys of
+    processes that died: the coordinator serves it on `host` alone; the others connect to it."""
+    timeout = timedelta(seconds=timeout_s)
+    if not serve:
+        return dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.create_server((host, port), family=family, backlog=1024)     # SO_REUSEADDR: restarts rebind
+    return dist.TCPStore(host, port, is_master=True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=sock.detach())                       # the store owns the socket now
+
+
+def agreed_attempt() -> int:
+    """Which start of the job this is. torchelastic counts restarts per node, and a node restarted
+    only because another failed does not count one, so take the largest count of any process."""
+    count = torch.tensor([env.restart_count()])
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count)
+
+
+def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test, store: dist.Store) -> dict | None:
     """This rank's part of one job, in an initialised process group; ranks the plan leaves out idle.
 
-    The profiler calls this too, to time real jobs back to back in one set of processes.
+    Only the coordinator reads the checkpoint to start from (its host alone has the run dir's);
+    every rank gets it from there. The profiler calls this too, to time real jobs back to back
+    in one set of processes.
     """
-    # Every rank creates every group, in the same order (a torch.distributed requirement).
-    pgs = [dist.new_group(list(r)) for r in group_ranks(plan)]
+    # Every rank creates every group, in the same order (a torch.distributed requirement). A group
+    # does not inherit the default group's timeout: without one, a stuck peer stalls it for 30 min.
+    timeout = timedelta(seconds=job.timeout_s)
+    pgs = [dist.new_group(list(r), timeout=timeout) for r in group_ranks(plan)]
     everyone = roles(plan)
     rank = dist.get_rank()
+    state = checkpoint.shared(job.resume_from if rank == 0 else None)
     if rank >= len(everyone):
         dist.barrier()
         return None
@@ -59,9 +93,9 @@ def run_role(job: JobArgs, plan: Plan, wl: Workload, train, test) -> dict | None
     device = torch_device(role.device)
     torch.manual_seed(plan.seed)                # identical initial weights on every rank
     model = wl.build_model().to(device)
-    start = checkpoint.load(job.resume_from, model)
+    start = checkpoint.load(state, model, job.resume_from or "the coordinator's checkpoint")
     torch.manual_seed(plan.seed + role.rank + start.iteration)
-    ctx = Context(job, plan, role, device, wl, model, train, test, start)
+    ctx = Context(job, plan, role, device, wl, model, train, test, store, start)
     dist.barrier()
     if role.kind == "server":
         from omnitune.runtime.server import serve, serve_softsync
@@ -76,10 +110,13 @@ def new_monitor(ctx: Context, opt: torch.optim.Optimizer) -> Monitor:
     """The coordinator's monitor; it also writes a checkpoint every `checkpoint_every_s`."""
     monitor = Monitor(ctx.workload, ctx.test, ctx.plan.target_accuracy, min(ctx.job.max_time_s, ctx.job.stop_at_s),
                       ctx.job.eval_every_s, ctx.run_dir / "metrics.jsonl",
-                      checkpoint_every_s=ctx.job.checkpoint_every_s)
+                      checkpoint_every_s=ctx.job.checkpoint_every_s, attempt=ctx.job.attempt)
     monitor.start -= ctx.start.train_s          # the clock goes on from the checkpoint
+    if ctx.job.attempt > 0:
+        append_jsonl(ctx.run_dir / "restarts.jsonl", {"attempt": ctx.job.attempt, "time": round(time.time(), 3),
+                                                      "iteration": ctx.start.iteration, "train_s": ctx.start.train_s})
     if ctx.job.checkpoint_every_s < float("inf"):
-        path = ctx.run_dir / "checkpoint.pt"
+        path = ctx.run_dir / checkpoint.FILE
         monitor.saver = lambda it, train_s: checkpoint.save(path, ctx.model, opt, it, train_s)
     return monitor
 

@@ -1,0 +1,73 @@
+"""Two nodes on this machine: `omnitune run --node-rank 0` and `--node-rank 1` as two real
+commands, meeting through torchrun's c10d rendezvous on loopback."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, make_plan
+
+pytestmark = pytest.mark.slow
+
+
+def two_free_ports() -> int:
+    """A port P with P + 1 free too (the rendezvous and the job's store)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def run_nodes(tmp_path, plan, extra=(), env=None) -> list[subprocess.CompletedProcess]:
+    """Start every node's command at once, as a user would on each host; wait for all."""
+    procs = []
+    for n in (0, 1):
+        cmd = [sys.executable, "-m", "omnitune.cli", "run", str(plan), "--node-rank", str(n),
+               "--out-dir", str(tmp_path / f"node{n}"), "--max-time-s", "60", *extra]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env={**os.environ, **(env or {})}))
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=240), p.stdout.read()) for p in procs]
+
+
+def summary(tmp_path) -> dict:
+    return json.loads((tmp_path / "node0" / "summary.json").read_text())
+
+
+def test_two_node_ranks_on_loopback_complete_a_run(tmp_path):
+    """groups with g = 2: the server and one worker on node 0, the other worker on node 1."""
+    plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], lr=0.02, momentum=0.4, target=0.95,
+                     nodes={"cpu1": 1}, rendezvous=f"127.0.0.1:{two_free_ports()}")
+    node0, node1 = run_nodes(tmp_path, plan)
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stdout + node1.stdout
+    s = summary(tmp_path)
+    assert s["reached_target"] and s["processes"] == 3
+    assert all(u > 0 for u in s["updates_per_group"])           # the worker on node 1 did train
+    assert "reached 0.95" in node0.stdout
+    assert "summary and checkpoint are in the run dir of node 0" in node1.stdout
+    assert not (tmp_path / "node1" / "summary.json").exists()
+
+
+def test_a_worker_killed_on_the_other_node_restarts_both_nodes(tmp_path):
+    """torchelastic counts the restart only on the failed node; the job agrees on it anyway, and the
+    restarted processes on both nodes go on from the coordinator's checkpoint."""
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.95,
+                     nodes={"cpu1": 1}, rendezvous=f"127.0.0.1:{two_free_ports()}")
+    node0, node1 = run_nodes(tmp_path, plan, ["--checkpoint-every-s", "0.1", "--max-restarts", "1"],
+                             env={"OMNITUNE_FAULT_KILL": "1:120"})     # rank 1 (node 1) dies at iteration 120
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stdout + node1.stdout
+    s = summary(tmp_path)
+    assert s["reached_target"] and s["restarts"] == 1
+    lines = [json.loads(x) for x in (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+    resumed = next(m for m in lines if m["attempt"] == 1)
+    assert lines[0]["iteration"] < resumed["iteration"] <= 120       # from the checkpoint, not from scratch
