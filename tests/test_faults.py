@@ -42,7 +42,7 @@ def test_without_restarts_a_failure_stops_cleanly_with_a_usable_checkpoint(tmp_p
     monkeypatch.setenv("OMNITUNE_FAULT_KILL", "1:150")
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.999)
     run_dir = tmp_path / "run"
-    with pytest.raises(UserError, match="a worker process failed"):
+    with pytest.raises(UserError, match="a worker process failed .* is intact: the same command with --resume"):
         job.run(str(plan), str(run_dir), max_time_s=60, checkpoint_every_s=0.1)
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert 0 < state["iteration"] <= 150
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_every_process_and_leaves_a_checkpoint(tmp_path):
     assert len(processes_mentioning(tag)) >= 4                  # the command and its three workers
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and "interrupted" in err and "Traceback" not in err
+    assert proc.returncode == 2 and "interrupted" in err and "--resume" in err and "Traceback" not in err
     time.sleep(1)
     assert processes_mentioning(tag) == []                      # no process left behind
     assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["iteration"] > 0

@@ -123,10 +123,18 @@ def run_job(plan: plan_mod.Plan, job: JobArgs) -> RunSummary | None:
     is_host = None if len(everyone) == 1 else here == next(n for n in everyone if n.host == rdzv_host)
     # Every node must name the same rendezvous run: the plan's contents name it.
     run_id = hashlib.sha256(Path(job.plan_path).read_bytes()).hexdigest()[:12]
-    launch_mod.launch(main, (job,), len(here.ranks), Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
-                      max_restarts=job.max_restarts, run_id=run_id, nodes=len(everyone), local_addr=here.host,
-                      is_host=is_host)
-    if here.index != roles(plan)[0].node:
+    coordinator = here.index == roles(plan)[0].node
+    try:
+        launch_mod.launch(main, (job,), len(here.ranks), Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
+                          max_restarts=job.max_restarts, run_id=run_id, nodes=len(everyone), local_addr=here.host,
+                          is_host=is_host)
+    except UserError as e:
+        saved = Path(job.run_dir) / checkpoint.FILE
+        if coordinator and saved.is_file():
+            raise UserError(f"{e}; the checkpoint {saved} is intact: the same command with --resume goes on "
+                            "from it") from None
+        raise
+    if not coordinator:
         return None
     return load_summary(Path(job.run_dir) / "summary.json")
 

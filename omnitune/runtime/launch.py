@@ -67,8 +67,7 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
         raise UserError(f"a worker process failed (logs in {log_dir}): {line}") from None
     except (SignalException, KeyboardInterrupt):
         # The elastic agent has already stopped every worker it started.
-        raise UserError(f"interrupted; workers stopped (logs in {log_dir}); `omnitune run --resume` "
-                        "goes on from the run dir's last checkpoint") from None
+        raise UserError(f"interrupted; workers stopped (logs in {log_dir})") from None
 
 
 def _last_line(failure) -> str:
