@@ -44,6 +44,8 @@ def profile(
     data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
     quick: bool = typer.Option(False, help="few repeats and small batches (seconds, for tests)"),
     max_batch: Optional[int] = typer.Option(None, help="largest batch size to try (default 512, quick 64)"),
+    node_rank: Optional[int] = typer.Option(None, help="which node of the cluster spec this is, for a spec "
+                                            "of several nodes: run the same command on each"),
 ):
     """Measure each device's training throughput and the links between devices."""
     from omnitune import profile as profile_mod, profiler
@@ -55,7 +57,10 @@ def profile(
             # Worker logs go to a temporary folder; a failure's message names it.
             logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
             prof = profiler.profile(spec, workload, data_dir, settings, logs,
-                                    progress=lambda m: status.update(f"profiling: {m}"))
+                                    progress=lambda m: status.update(f"profiling: {m}"), node_rank=node_rank)
+        if prof is None:
+            out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
+            return
         profile_mod.save(prof, out_path)
     except UserError as e:
         _fail(e)

@@ -5,22 +5,13 @@ from __future__ import annotations
 import os
 
 
-def rank() -> int:
-    """This process's global rank, set by torch's elastic launcher."""
-    return int(os.environ["RANK"])
-
-
-def world_size() -> int:
-    return int(os.environ["WORLD_SIZE"])
-
-
 def local_rank() -> int:
     """This process's index among the processes its node's launcher started."""
     return int(os.environ["LOCAL_RANK"])
 
 
 def restart_count() -> int:
-    """How many times torchelastic has restarted this job's processes."""
+    """How many times torchelastic has restarted this node's processes (after a failure here)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
@@ -35,17 +26,6 @@ def fault() -> tuple[str, int, int] | None:
             rank, _, iteration = value.partition(":")
             return action, int(rank), int(iteration)
     return None
-
-
-def rendezvous_store(timeout_s: float = 120.0):
-    """A client of torchelastic's key-value store (at MASTER_ADDR:MASTER_PORT), its keys prefixed by
-    the node's restart count, as the profiler's processes use it (one node, no restarts)."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timedelta(seconds=timeout_s))
-    return dist.PrefixStore(f"omnitune/attempt{restart_count()}/", store)
 
 
 def keep_gloo_on_loopback() -> None:

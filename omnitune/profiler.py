@@ -7,6 +7,7 @@ and point-to-point round trips. Devices outside that layout are measured in this
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -21,9 +22,9 @@ from typing import Callable
 import torch
 
 from omnitune import workload as workload_mod
-from omnitune.cluster import Cluster, Device
+from omnitune.cluster import Cluster, Device, is_loopback
 from omnitune.errors import UserError
-from omnitune.plan import SCHEMA_VERSION as PLAN_SCHEMA, Plan
+from omnitune.plan import SCHEMA_VERSION as PLAN_SCHEMA, SERVER_PROTOCOLS, Plan
 from omnitune.runtime.context import emulate_slowdown
 from omnitune.profile import SCHEMA_VERSION as PROFILE_SCHEMA
 from omnitune.profile import (AllReduceTiming, DeviceProfile, HostFacts, Network, P2PTiming,
@@ -136,33 +137,45 @@ def host_facts() -> HostFacts:
 
 
 def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings: Settings,
-            log_dir: Path, progress: Callable[[str], None] = lambda msg: None) -> Profile:
-    """Measure every device of `cluster` and its links, for one workload."""
+            log_dir: Path, progress: Callable[[str], None] = lambda msg: None,
+            node_rank: int | None = None) -> Profile | None:
+    """Measure every device of `cluster` and its links, for one workload.
+
+    On a cluster of several nodes each node runs this with its `node_rank`; the node of the
+    parameter-server rank gathers the measurements and returns the profile, the others None.
+    """
     from omnitune.runtime import launch as launch_mod
     from omnitune.runtime.profile_worker import ProfileJob, main as worker_main
+    from omnitune.runtime.topology import placed_nodes
 
     wl = workload_mod.load(workload_spec)
     model = wl.build_model()
     train, _ = wl.build_datasets(data_dir, 0)
-    hosts = set(cluster.hosts) - {"127.0.0.1", "localhost"}
-    if hosts:
-        raise UserError(f"profile: devices on other hosts {sorted(hosts)}: multi-host profiling "
-                        "is not supported yet")
     biggest = max(cluster.layouts, key=lambda k: len(cluster.layouts[k]))
-    concurrent_ids = cluster.layouts[biggest]
+    concurrent = cluster.layout(biggest)
+    # Rank 0 plays the parameter server on the server's node; rank i runs device i - 1 where it is.
+    everyone = placed_nodes([(cluster.server_node, cluster.server_host)] + [(d.node, d.host) for d in concurrent])
+    here = launch_mod.pick_node(everyone, cluster.rendezvous, node_rank, "the cluster spec")
     devices: dict[str, DeviceProfile] = {}
     network, calibration = None, []
-    if len(concurrent_ids) > 1:
-        progress(f"{len(concurrent_ids)} workers of layout {biggest!r} at once, then their links")
-        plans = calibration_plans(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches)
-        job = ProfileJob(workload_spec, data_dir, tuple(cluster.device(i) for i in concurrent_ids), settings, plans)
-        # One process per device, plus rank 0 playing the parameter server.
-        results = launch_mod.launch(worker_main, (job,), len(concurrent_ids) + 1, log_dir)
-        by_rank = {r["rank"]: r for r in results.values()}
+    if len(concurrent) > 1:
+        progress(f"{len(concurrent)} workers of layout {biggest!r} at once, then their links")
+        several = len(everyone) > 1
+        plans = calibration_plans(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
+                                  server_only=several)
+        job = ProfileJob(workload_spec, data_dir, concurrent, settings, plans, everyone, here.index,
+                         launch_mod.store_port(everyone, cluster.rendezvous))
+        results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
+                                         run_id=f"profile-{_digest(cluster, workload_spec)}")
+        gathered = next((r for r in results.values() if r is not None), None)
+        if gathered is None:                    # another node's rank 0 has the measurements
+            return None
+        by_rank = {r["rank"]: r for r in gathered}
         for r in by_rank.values():
             if "device_id" in r:
                 devices[r["device_id"]] = device_profile(r["device_id"], r["steps"], concurrent=True)
-        network = Network(link_kind="loopback-gloo", allreduce=tuple(by_rank[1]["allreduce"]),
+        link_kind = "tcp-gloo" if any(not is_loopback(n.host) for n in everyone) else "loopback-gloo"
+        network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
                           p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
         calibration = by_rank[0]["calibration"]
     for device in cluster.devices:
@@ -179,9 +192,19 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     )
 
 
+def _digest(*parts) -> str:
+    """Names the rendezvous run that every node of one profile computes alike."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
 def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_dir: str | None,
-                      batches: tuple[int, ...]) -> tuple[Plan, ...]:
-    """Real jobs to time on `layout`: every protocol variant the planner may choose there."""
+                      batches: tuple[int, ...], server_only: bool = False) -> tuple[Plan, ...]:
+    """Real jobs to time on `layout`: every protocol variant the planner may choose there.
+
+    The profile's processes are placed as a parameter-server job's (rank i + 1 runs device i);
+    a job without a server would put its device i on rank i, another device's process, which
+    on one host changes nothing but across hosts is the wrong machine: `server_only` keeps to
+    the protocols with a server."""
     from omnitune.optimizer import PROTOCOLS, split, variants
     from omnitune.plan import Prediction
 
@@ -194,7 +217,8 @@ def calibration_plans(cluster: Cluster, layout: str, workload_spec: str, data_di
              prediction=Prediction(0.0, 0.0, 0.0), candidates=(), profile="", rendezvous=cluster.rendezvous,
              server_host=cluster.server_host, server_node=cluster.server_node, created_at="",
              softsync_n=v.softsync_n, gossip_every=v.gossip_every)
-        for v in variants(len(ids), PROTOCOLS) for b in batches)
+        for v in variants(len(ids), PROTOCOLS) for b in batches
+        if not server_only or v.protocol in SERVER_PROTOCOLS)
 
 
 def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:

@@ -114,8 +114,8 @@ def test_print_commands_gives_each_node_its_command(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    ([], "the plan runs on 2 nodes: start `omnitune run"),
-    (["--node-rank", "2"], "--node-rank 2: the plan has processes on nodes [0, 1]"),
+    ([], "2 nodes: run the command on each with --node-rank I (I in [0, 1])"),
+    (["--node-rank", "2"], "has processes on nodes [0, 1]"),
     (["--node-rank", "1", "--replan-every-s", "1"], "--replan-every-s: re-planning runs on one node only"),
 ])
 def test_a_plan_on_two_nodes_needs_a_node_rank(tmp_path, args, needle):

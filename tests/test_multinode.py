@@ -30,11 +30,16 @@ def two_free_ports() -> int:
 
 
 def run_nodes(tmp_path, plan, extra=(), env=None) -> list[subprocess.CompletedProcess]:
-    """Start every node's command at once, as a user would on each host; wait for all."""
+    """Start every node's `omnitune run` at once, as a user would on each host; wait for all."""
+    return on_each_node(lambda n: ["run", str(plan), "--out-dir", str(tmp_path / f"node{n}"), "--max-time-s", "60",
+                                   *extra], env)
+
+
+def on_each_node(args, env=None) -> list[subprocess.CompletedProcess]:
+    """Run `omnitune ARGS(n) --node-rank n` for nodes 0 and 1 at once; wait for both."""
     procs = []
     for n in (0, 1):
-        cmd = [sys.executable, "-m", "omnitune.cli", "run", str(plan), "--node-rank", str(n),
-               "--out-dir", str(tmp_path / f"node{n}"), "--max-time-s", "60", *extra]
+        cmd = [sys.executable, "-m", "omnitune.cli", *args(n), "--node-rank", str(n)]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       env={**os.environ, **(env or {})}))
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=240), p.stdout.read()) for p in procs]
@@ -42,6 +47,24 @@ def run_nodes(tmp_path, plan, extra=(), env=None) -> list[subprocess.CompletedPr
 
 def summary(tmp_path) -> dict:
     return json.loads((tmp_path / "node0" / "summary.json").read_text())
+
+
+def test_two_nodes_profile_together(tmp_path):
+    """`omnitune profile --node-rank I` on each node: node 0 (the server's) writes the profile."""
+    from omnitune import profile as profile_mod
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(f"nodes:\n  - host: 127.0.0.1\n  - host: 127.0.0.1\nrendezvous: 127.0.0.1:{two_free_ports()}\n")
+    node0, node1 = on_each_node(lambda n: ["profile", "--workload", "lenet-digits", "--cluster", str(spec), "--quick",
+                                           "--out", str(tmp_path / f"profile{n}.json")])
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stdout + node1.stdout
+    assert "node 0, the server's, writes the profile" in node1.stdout
+    assert not (tmp_path / "profile1.json").exists()
+    prof = profile_mod.load(tmp_path / "profile0.json")
+    assert [d.device_id for d in prof.devices] == ["n0-cpu0", "n1-cpu0"] and all(d.concurrent for d in prof.devices)
+    assert prof.network.allreduce and prof.network.p2p
+    # Only parameter-server jobs are calibrated across nodes (their ranks sit on their devices' nodes).
+    assert {c.protocol.split("/")[0] for c in prof.calibration} == {"groups", "softsync"}
 
 
 def test_two_node_ranks_on_loopback_complete_a_run(tmp_path):

@@ -17,13 +17,12 @@ from pathlib import Path
 import torch
 
 from omnitune import plan as plan_mod, replan as replan_mod, workload as workload_mod
-from omnitune.cluster import endpoint
 from omnitune.errors import UserError
 from omnitune.files import append_jsonl
 from omnitune.runtime import checkpoint, launch as launch_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
-from omnitune.runtime.topology import Node, node, nodes, roles
+from omnitune.runtime.topology import nodes, roles
 
 def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float, timeout_s: float,
             resume: bool = False, node_rank: int | None = None) -> tuple[plan_mod.Plan, JobArgs]:
@@ -37,8 +36,9 @@ def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float
         raise UserError(f"--max-time-s must be positive, got {max_time_s}")
     if eval_every_s <= 0:
         raise UserError(f"--eval-every-s must be positive, got {eval_every_s}")
-    here = this_node(plan, plan_path, node_rank)
-    coordinator = here.index == roles(plan)[0].node
+    everyone = nodes(plan)
+    here = launch_mod.pick_node(everyone, plan.rendezvous, node_rank, plan_path)
+    coordinator = here == launch_mod.coordinator(everyone)
     run_dir = Path(out_dir)
     resume_from = None
     if resume and coordinator:
@@ -51,35 +51,8 @@ def prepare(plan_path: str, out_dir: str, max_time_s: float, eval_every_s: float
             (run_dir / stale).unlink(missing_ok=True)
     job = JobArgs(plan_path=str(Path(plan_path).resolve()), run_dir=str(run_dir.resolve()),
                   max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s, resume_from=resume_from,
-                  node=here.index, store_port=store_port(plan))
+                  node=here.index, store_port=launch_mod.store_port(everyone, plan.rendezvous))
     return plan, job
-
-
-def this_node(plan: plan_mod.Plan, plan_path: str, node_rank: int | None) -> Node:
-    """The node `--node-rank` names (none needed when the plan has one), checked against the plan."""
-    everyone = nodes(plan)
-    if node_rank is None:
-        if len(everyone) > 1:
-            raise UserError(f"{plan_path}: the plan runs on {len(everyone)} nodes: start `omnitune run "
-                            f"{plan_path} --node-rank I` on each (`--print-commands` lists them)")
-        return everyone[0]
-    match = [n for n in everyone if n.index == node_rank]
-    if not match:
-        raise UserError(f"--node-rank {node_rank}: the plan has processes on nodes {[n.index for n in everyone]}")
-    if len(everyone) > 1:
-        host, port = endpoint(plan.rendezvous)
-        if not port:
-            raise UserError(f"{plan_path}: rendezvous {plan.rendezvous!r}: several nodes need a fixed port")
-        if host not in {n.host for n in everyone}:
-            raise UserError(f"{plan_path}: rendezvous host {host!r} runs none of the plan's nodes")
-    return match[0]
-
-
-def store_port(plan: plan_mod.Plan) -> int:
-    """The job's own store listens on the port after the rendezvous's (a free one on a single
-    node that lets the rendezvous pick its port)."""
-    _, port = endpoint(plan.rendezvous)
-    return port + 1 if port else launch_mod.free_port(roles(plan)[0].host)
 
 
 def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
@@ -118,16 +91,14 @@ def node_commands(plan_path: str, options: list[str]) -> list[str]:
 def run_job(plan: plan_mod.Plan, job: JobArgs) -> RunSummary | None:
     from omnitune.runtime.worker import main
 
-    everyone, here = nodes(plan), node(plan, job.node)
-    rdzv_host, _ = endpoint(plan.rendezvous)
-    is_host = None if len(everyone) == 1 else here == next(n for n in everyone if n.host == rdzv_host)
+    everyone = nodes(plan)
+    here = next(n for n in everyone if n.index == job.node)
+    coordinator = here == launch_mod.coordinator(everyone)
     # Every node must name the same rendezvous run: the plan's contents name it.
     run_id = hashlib.sha256(Path(job.plan_path).read_bytes()).hexdigest()[:12]
-    coordinator = here.index == roles(plan)[0].node
     try:
-        launch_mod.launch(main, (job,), len(here.ranks), Path(job.run_dir) / "logs", rendezvous=plan.rendezvous,
-                          max_restarts=job.max_restarts, run_id=run_id, nodes=len(everyone), local_addr=here.host,
-                          is_host=is_host)
+        launch_mod.launch_node(main, (job,), here, everyone, plan.rendezvous, Path(job.run_dir) / "logs", run_id,
+                               job.max_restarts)
     except UserError as e:
         saved = Path(job.run_dir) / checkpoint.FILE
         if coordinator and saved.is_file():

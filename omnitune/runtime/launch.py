@@ -1,24 +1,76 @@
-"""Start one job's processes on this host through torch.distributed's elastic launcher.
+"""Start one node's processes of a job through torch.distributed's elastic launcher, and join
+each of them to the job's process group.
 
-The pure part, `launch_config`, decides everything (rendezvous, ports, restarts, logs);
+The pure parts decide everything (which node this is, rendezvous, ports, restarts, logs);
 `launch` only hands that to `elastic_launch`. Tests replace `launch` at this seam.
+
+Each node of the cluster spec runs its own launcher (`--node-rank I`); the nodes meet through
+c10d rendezvous. torchelastic numbers the processes its own way, so each process takes the rank
+its node's place gives it (`topology.Node.ranks`) and joins the process group through the job's
+own store, which the process of rank 0 serves anew at every (re)start: no restarted process can
+read the keys of a dead one.
 """
 
 from __future__ import annotations
 
 import socket
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from omnitune.cluster import LOOPBACK, endpoint
+from omnitune import env
+from omnitune.cluster import LOOPBACK, endpoint, is_loopback
 from omnitune.errors import UserError
+from omnitune.runtime.topology import Node
 
 
 def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def pick_node(everyone: tuple[Node, ...], rendezvous: str, node_rank: int | None, where: str) -> Node:
+    """The node `--node-rank` names (none needed when there is one), checked; `where` names the
+    plan or cluster spec for errors."""
+    if node_rank is None:
+        if len(everyone) > 1:
+            raise UserError(f"{where}: {len(everyone)} nodes: run the command on each with --node-rank I "
+                            f"(I in {[n.index for n in everyone]})")
+        return everyone[0]
+    match = [n for n in everyone if n.index == node_rank]
+    if not match:
+        raise UserError(f"--node-rank {node_rank}: {where} has processes on nodes {[n.index for n in everyone]}")
+    if len(everyone) > 1:
+        host, port = endpoint(rendezvous)
+        if not port:
+            raise UserError(f"{where}: rendezvous {rendezvous!r}: several nodes need a fixed port")
+        if host not in {n.host for n in everyone}:
+            raise UserError(f"{where}: rendezvous host {host!r} runs none of the nodes")
+    return match[0]
+
+
+def store_port(everyone: tuple[Node, ...], rendezvous: str) -> int:
+    """The job's own store listens on the port after the rendezvous's (a free one on a single
+    node that lets the rendezvous pick its port)."""
+    _, port = endpoint(rendezvous)
+    return port + 1 if port else free_port(coordinator(everyone).host)
+
+
+def coordinator(everyone: tuple[Node, ...]) -> Node:
+    """The node of rank 0."""
+    return next(n for n in everyone if 0 in n.ranks)
+
+
+def launch_node(entrypoint: Callable, args: tuple, here: Node, everyone: tuple[Node, ...], rendezvous: str,
+                log_dir: Path, run_id: str, max_restarts: int = 0) -> dict[int, Any]:
+    """Run this node's processes; with several nodes, the first node on the rendezvous host
+    serves the rendezvous, and every node must pass the same `run_id`."""
+    rdzv_host, _ = endpoint(rendezvous)
+    is_host = None if len(everyone) == 1 else here == next(n for n in everyone if n.host == rdzv_host)
+    return launch(entrypoint, args, len(here.ranks), log_dir, rendezvous=rendezvous, max_restarts=max_restarts,
+                  run_id=run_id, nodes=len(everyone), local_addr=here.host, is_host=is_host)
 
 
 def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBACK}:0",
@@ -77,3 +129,33 @@ def _last_line(failure) -> str:
     msg = str(msg)
     lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else f"exit code {failure.exitcode}"
+
+
+# In each process:
+
+def join(everyone: tuple[Node, ...], node: int, port: int, timeout_s: float, backend: str):
+    """Join this process to the job's process group with the rank its node's place gives it;
+    return the rank and the job's store."""
+    import torch.distributed as dist
+
+    here = next(n for n in everyone if n.index == node)
+    rank = here.ranks[env.local_rank()]
+    if is_loopback(here.host):
+        env.keep_gloo_on_loopback()
+    store = job_store(coordinator(everyone).host, port, rank == 0, timeout_s)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), store=store, rank=rank,
+                            world_size=sum(len(n.ranks) for n in everyone))
+    return rank, store
+
+
+def job_store(host: str, port: int, serve: bool, timeout_s: float):
+    """The job's key-value store: rank 0 serves it on `host` alone; the others connect to it."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    if not serve:
+        return dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.create_server((host, port), family=family, backlog=1024)     # SO_REUSEADDR: restarts rebind
+    return dist.TCPStore(host, port, is_master=True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=sock.detach())                       # the store owns the socket now

@@ -1,7 +1,8 @@
 """One process of `omnitune profile`'s concurrent measurement.
 
 The launch has one process per device of the measured layout (ranks 1..n) and one more (rank 0)
-that plays the parameter server. Phase 1: each device rank times training steps while the others
+that plays the parameter server; on several nodes each runs where its device is (the server on
+the spec's server node), and rank 0 gathers every rank's results. Phase 1: each device rank times training steps while the others
 do the same (a barrier per batch size keeps them concurrent). Phase 2: gloo all-reduce among
 device ranks for every group size 2..n, point-to-point round trips between the server rank and
 rank 1, and one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
@@ -19,8 +20,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from omnitune import env, workload as workload_mod
+from omnitune import workload as workload_mod
 from omnitune.cluster import Device
+from omnitune.runtime.topology import Node
 from omnitune.plan import Plan
 from omnitune.profile import AllReduceTiming, Calibration, P2PTiming
 
@@ -32,6 +34,9 @@ class ProfileJob:
     devices: tuple[Device, ...]         # device of rank 1, 2, …
     settings: "object"                  # profiler.Settings
     calibration_plans: tuple[Plan, ...] = ()
+    nodes: tuple[Node, ...] = ()        # where each rank runs
+    node: int = 0                       # the node these processes run on
+    store_port: int = 0                 # of the job's store, served by rank 0
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -101,14 +106,13 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
     return _timed(update, repeats)
 
 
-def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
+def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
     """Run each calibration plan as a real job for a moment; rank 0 reports seconds per update."""
     from omnitune.runtime.context import JobArgs
     from omnitune.perfmodel import protocol_key
     from omnitune.runtime.worker import run_role
 
     out = []
-    store = env.rendezvous_store()
     with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
         for plan in job.calibration_plans:
             args = JobArgs(plan_path="(calibration)", run_dir=tmp, max_time_s=job.settings.calibrate_s,
@@ -122,15 +126,15 @@ def calibrate(job: ProfileJob, wl, train, test) -> list[Calibration]:
     return out
 
 
-def main(job: ProfileJob) -> dict:
+def main(job: ProfileJob) -> list[dict] | None:
+    """This rank's measurements; rank 0 returns every rank's, in rank order."""
     from omnitune.profiler import StepTimer, measure_steps
     from omnitune.runtime.context import torch_device
+    from omnitune.runtime.launch import join
 
-    rank = env.rank()
+    rank, store = join(job.nodes, job.node, job.store_port, 300, "gloo")
     device = job.devices[rank - 1] if rank > 0 else None
     torch_dev = torch_device(device)
-    env.keep_gloo_on_loopback()            # the profiler runs on this machine only
-    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         wl = workload_mod.load(job.workload)
         train, test = wl.build_datasets(job.data_dir, 0)
@@ -152,9 +156,11 @@ def main(job: ProfileJob) -> dict:
         if rank == 0:
             result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
         dist.barrier()
-        calibration = calibrate(job, wl, train, test)
+        calibration = calibrate(job, wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration
-        return result
+        everyone = [None] * dist.get_world_size() if rank == 0 else None
+        dist.gather_object(result, everyone, dst=0)
+        return everyone
     finally:
         dist.destroy_process_group()

@@ -75,11 +75,16 @@ class Node:
 
 def nodes(plan: Plan) -> tuple[Node, ...]:
     """The nodes that run processes of this plan, in spec order."""
+    return placed_nodes([(r.node, r.host) for r in roles(plan)])
+
+
+def placed_nodes(placement: list[tuple[int, str]]) -> tuple[Node, ...]:
+    """Nodes from where each rank runs, (node, host) in rank order."""
     ranks: dict[int, list[int]] = {}
     hosts: dict[int, str] = {}
-    for r in roles(plan):
-        ranks.setdefault(r.node, []).append(r.rank)
-        hosts[r.node] = r.host
+    for rank, (n, host) in enumerate(placement):
+        ranks.setdefault(n, []).append(rank)
+        hosts[n] = host
     return tuple(Node(n, hosts[n], tuple(ranks[n])) for n in sorted(ranks))
 
 

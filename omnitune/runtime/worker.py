@@ -9,7 +9,6 @@ the parameter server and the group continues from the weights it sends back (Omn
 from __future__ import annotations
 
 import dataclasses
-import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -18,13 +17,13 @@ import torch
 import torch.distributed as dist
 
 from omnitune import env, plan as plan_mod, workload as workload_mod
-from omnitune.cluster import is_loopback
 from omnitune.files import append_jsonl
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context, JobArgs, backend, buffer_device, emulate_slowdown, torch_device
 from omnitune.runtime.flat import get_grads, num_params, set_grads, set_params
 from omnitune.runtime.monitor import Monitor
-from omnitune.runtime.topology import group_ranks, node, roles
+from omnitune.runtime.launch import join
+from omnitune.runtime.topology import group_ranks, nodes, roles
 from omnitune.plan import Plan
 from omnitune.runtime.balance import equal_time_batches, step_time_line
 from omnitune.workload import Workload, batches
@@ -33,13 +32,7 @@ from omnitune.workload import Workload, batches
 def main(job: JobArgs) -> dict | None:
     """Run this process's role; the coordinator returns the run summary as a dict."""
     plan = plan_mod.load(job.plan_path)
-    everyone = roles(plan)
-    rank = node(plan, job.node).ranks[env.local_rank()]
-    if is_loopback(everyone[rank].host):
-        env.keep_gloo_on_loopback()
-    store = job_store(everyone[0].host, job.store_port, rank == 0, job.timeout_s)
-    dist.init_process_group(backend(plan), timeout=timedelta(seconds=job.timeout_s), store=store, rank=rank,
-                            world_size=plan.processes)
+    rank, store = join(nodes(plan), job.node, job.store_port, job.timeout_s, backend(plan))
     try:
         job = dataclasses.replace(job, attempt=agreed_attempt())
         latest = Path(job.run_dir) / checkpoint.FILE
@@ -50,18 +43,6 @@ def main(job: JobArgs) -> dict | None:
         return run_role(job, plan, wl, train, test, store)
     finally:
         dist.destroy_process_group()
-
-
-def job_store(host: str, port: int, serve: bool, timeout_s: float) -> dist.Store:
-    """The job's key-value store, new at every (re)start of the job, so no process reads keys of
-    processes that died: the coordinator serves it on `host` alone; the others connect to it."""
-    timeout = timedelta(seconds=timeout_s)
-    if not serve:
-        return dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.create_server((host, port), family=family, backlog=1024)     # SO_REUSEADDR: restarts rebind
-    return dist.TCPStore(host, port, is_master=True, timeout=timeout, wait_for_workers=False,
-                         master_listen_fd=sock.detach())                       # the store owns the socket now
 
 
 def agreed_attempt() -> int:
