@@ -6,10 +6,13 @@ torchelastic restart the job from its last checkpoint. From the run dir:
   restart; the gap is detection, stopping the survivors, re-rendezvous, process start-up
   (importing torch) and loading the checkpoint.
 - work lost: the iteration killed at less the iteration the restart went on from, and that in
-  training seconds (iterations × the run's measured seconds per iteration), against the
-  checkpoint interval.
+  training seconds (the first attempt's clock at the kill, from its last evaluations' pace, less
+  the checkpoint's), against the checkpoint interval.
 
-    python -m benchmarks.faults            # about 3 minutes on 2 cores
+A stuck peer (OMNITUNE_FAULT_HANG: alive, silent) is not restarted: the others give up after
+--timeout-s and the job stops; "stops after" is from the hang to the command's error.
+
+    python -m benchmarks.faults            # about 2 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -33,6 +36,22 @@ SCENARIOS = [
     ("server killed (groups, g=2)", "groups", [["cpu0"], ["cpu1"]], 0.02, "0:150", 0.1, 0.95, False),
     ("worker on node 1 killed (2 nodes)", "sync", [["cpu0", "cpu1"]], 0.02, "1:120", 0.1, 0.95, True),
 ]
+
+
+STUCK = [
+    # name, protocol, groups, hang "rank:iteration", --timeout-s
+    ("worker stuck (sync)", "sync", [["cpu0", "cpu1"]], "1:100", 5.0),
+    ("worker stuck (groups, g=2)", "groups", [["cpu0"], ["cpu1"]], "2:100", 5.0),
+    ("server stuck (groups, g=2)", "groups", [["cpu0"], ["cpu1"]], "0:100", 5.0),
+]
+
+
+def train_s_at(run_dir: Path, iteration: int) -> float:
+    """The first attempt's training clock at `iteration`, from its last two evaluations' pace."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first = [(m["iteration"], m["train_s"]) for m in lines if m["attempt"] == 0]
+    (i1, t1), (i2, t2) = ([(0, 0.0)] + first)[-2:]
+    return t2 + (iteration - i2) * (t2 - t1) / (i2 - i1)
 
 
 def kill_time(run_dirs: list[Path]) -> float:
@@ -69,10 +88,26 @@ def scenario(tmp: Path, name, protocol, groups, lr, kill, every_s, target, two_n
     lost = killed_at - restart["iteration"]
     return {"scenario": name, "checkpoint_every_s": every_s, "killed_at_iteration": killed_at,
             "resumed_from_iteration": restart["iteration"], "iterations_lost": lost,
-            "train_s_lost": lost * summary["measured_sec_per_iter"],
+            "train_s_lost": train_s_at(run_dirs[0], killed_at) - restart["train_s"],
             "recovery_s": restart["time"] - kill_time(run_dirs), "restarts": summary["restarts"],
             "reached_target": summary["reached_target"], "time_to_target_s": summary["time_to_target_s"],
             "command_wall_s": wall}
+
+
+def stuck(tmp: Path, name, protocol, groups, hang, timeout_s, environ) -> dict:
+    from omnitune.errors import UserError
+
+    plan = make_plan(tmp / "plan.json", protocol, groups, lr=0.02, momentum=0.4, target=0.999)
+    environ["OMNITUNE_FAULT_HANG"] = hang
+    try:
+        job.run(str(plan), str(tmp / "run"), max_time_s=60, timeout_s=timeout_s)
+        message = "(the run ended without an error)"
+    except UserError as e:
+        message = str(e)
+    finally:
+        del environ["OMNITUNE_FAULT_HANG"]
+    return {"scenario": name, "timeout_s": timeout_s, "stops_after_s": time.time() - kill_time([tmp / "run"]),
+            "message": message[:90]}
 
 
 def main() -> None:
@@ -86,7 +121,12 @@ def main() -> None:
     columns = ["scenario", "checkpoint_every_s", "killed_at_iteration", "resumed_from_iteration", "iterations_lost",
                "train_s_lost", "recovery_s", "restarts", "reached_target", "time_to_target_s", "command_wall_s"]
     print_rows("faults: recovery and work lost", rows, columns)
-    path = write_results("faults", {"rows": rows})
+    stuck_rows = []
+    for spec in STUCK:
+        with tempfile.TemporaryDirectory(prefix="omnitune-faults-") as tmp:
+            stuck_rows.append(stuck(Path(tmp), *spec, os.environ))
+    print_rows("stuck peers: the job stops", stuck_rows, ["scenario", "timeout_s", "stops_after_s", "message"])
+    path = write_results("faults", {"rows": rows, "stuck": stuck_rows})
     print(f"wrote {path}")
 
 

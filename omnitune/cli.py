@@ -230,7 +230,8 @@ def run(
             _fail(e)
         return
     try:
-        with console.status(f"running {plan_path}…"):
+        waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
+        with console.status(f"{waiting}running {plan_path}…"):
             summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
                               replan_every_s, replan_probe_iters, checkpoint_every_s, max_restarts, node_rank)
     except UserError as e:

@@ -51,11 +51,15 @@ def test_without_restarts_a_failure_stops_cleanly_with_a_usable_checkpoint(tmp_p
     assert s.iterations > state["iteration"]
 
 
-def test_a_stuck_peer_ends_the_job_with_a_clear_message(tmp_path, monkeypatch):
-    """A worker alive but silent: its peers give up after --timeout-s and the job stops, no hang."""
+@pytest.mark.parametrize("protocol, groups, hang", [
+    ("sync", [["cpu0", "cpu1"]], "1:100"),         # its peer waits in the all-reduce
+    ("groups", [["cpu0"], ["cpu1"]], "2:100"),     # the server hears from the other group only
+])
+def test_a_stuck_peer_ends_the_job_with_a_clear_message(tmp_path, monkeypatch, protocol, groups, hang):
+    """A worker alive but silent: the others give up after --timeout-s and the job stops, no hang."""
     import time
-    monkeypatch.setenv("OMNITUNE_FAULT_HANG", "1:100")
-    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.999)
+    monkeypatch.setenv("OMNITUNE_FAULT_HANG", hang)
+    plan = make_plan(tmp_path / "plan.json", protocol, groups, lr=0.02, momentum=0.4, target=0.999)
     started = time.perf_counter()
     with pytest.raises(UserError, match="a peer was silent for longer than --timeout-s"):
         job.run(str(plan), str(tmp_path / "run"), max_time_s=60, timeout_s=3)

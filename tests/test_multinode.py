@@ -94,3 +94,17 @@ def test_a_worker_killed_on_the_other_node_restarts_both_nodes(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
     resumed = next(m for m in lines if m["attempt"] == 1)
     assert lines[0]["iteration"] < resumed["iteration"] <= 120       # from the checkpoint, not from scratch
+
+
+def test_a_node_alone_gives_up_with_a_clear_message(tmp_path, monkeypatch):
+    """Node 1 never starts: node 0 stops when the rendezvous's join timeout (10 min; 3 s here) ends."""
+    from omnitune.errors import UserError
+    from omnitune.runtime import job, launch
+
+    config = launch.launch_config_kwargs
+    monkeypatch.setattr(launch, "launch_config_kwargs",
+                        lambda *a, **kw: {**config(*a, **kw), "rdzv_configs": {"join_timeout": 3, "is_host": True}})
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], nodes={"cpu1": 1},
+                     rendezvous=f"127.0.0.1:{two_free_ports()}")
+    with pytest.raises(UserError, match=r"the rendezvous of 2 node\(s\) at 127\.0\.0\.1:\d+ failed .* a node's command is not running"):
+        job.run(str(plan), str(tmp_path / "run"), node_rank=0)

@@ -89,3 +89,20 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
     with pytest.raises(UserError, match="no checkpoint.pt"):
         job.run(str(plan), str(tmp_path / "empty"), resume=True)
+
+
+def test_the_server_notices_a_leader_gone_silent():
+    """Asynchronous groups never wait for one another, so the server checks that each still sends."""
+    from omnitune.runtime.server import Liveness
+
+    now = [0.0]
+    live = Liveness([1, 2, 3], timeout_s=10, clock=lambda: now[0])
+    live.forget([3])                              # done: it stops sending by design
+    now[0] = 5
+    live.heard_from(1)
+    live.heard_from(2)
+    now[0] = 14
+    live.heard_from(2)                            # 1 spoke 9 s ago: still fine
+    now[0] = 16
+    with pytest.raises(RuntimeError, match=r"timed out: rank\(s\) \[1\] sent nothing for 10 s"):
+        live.heard_from(2)

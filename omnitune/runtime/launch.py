@@ -84,7 +84,7 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
     host, port = endpoint(rendezvous)
     if not port:
         port = free_port(host)
-    configs: dict[str, Any] = {"timeout": 120 if nodes == 1 else 600}
+    configs: dict[str, Any] = {"join_timeout": 120 if nodes == 1 else 600}
     if is_host is not None:
         configs["is_host"] = is_host
     return dict(
@@ -103,6 +103,7 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     """Run `entrypoint(*args)` in `nprocs` processes; return each local rank's return value."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     kwargs = launch_config_kwargs(nprocs, log_dir, **kw)
@@ -117,6 +118,10 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
             raise UserError(f"a peer was silent for longer than --timeout-s, so the job stopped (logs in "
                             f"{log_dir}): {line}") from None
         raise UserError(f"a worker process failed (logs in {log_dir}): {line}") from None
+    except RendezvousError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise UserError(f"the rendezvous of {kwargs['min_nodes']} node(s) at {kwargs['rdzv_endpoint']} failed "
+                        f"({first}): a node's command is not running, has stopped, or cannot reach it") from None
     except (SignalException, KeyboardInterrupt):
         # The elastic agent has already stopped every worker it started.
         raise UserError(f"interrupted; workers stopped (logs in {log_dir})") from None

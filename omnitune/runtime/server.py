@@ -8,6 +8,7 @@ steps, then answers [weights | stop | its clock]. Staleness = server clock − t
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,28 @@ def apply_update(model: torch.nn.Module, opt: torch.optim.Optimizer, grad: torch
     opt.step()
 
 
+class Liveness:
+    """Ends the job when a leader has sent nothing for `timeout_s` while others kept sending: an
+    asynchronous server would otherwise train on without it, never noticing it had gone."""
+
+    def __init__(self, ranks: list[int], timeout_s: float, clock=time.monotonic):
+        self.timeout_s, self.clock = timeout_s, clock
+        self.heard = dict.fromkeys(ranks, clock())
+
+    def heard_from(self, rank: int) -> None:
+        now = self.clock()
+        self.heard[rank] = now
+        silent = [r for r, t in self.heard.items() if now - t > self.timeout_s]
+        if silent:
+            raise RuntimeError(f"timed out: rank(s) {silent} sent nothing for {self.timeout_s:g} s while the "
+                               "others kept training")
+
+    def forget(self, ranks) -> None:
+        """These stop sending now, by design."""
+        for r in ranks:
+            self.heard.pop(r, None)
+
+
 def serve(ctx: Context) -> dict:
     from omnitune.runtime.worker import new_monitor
 
@@ -37,8 +60,10 @@ def serve(ctx: Context) -> dict:
     msg, reply = torch.zeros(P + 3), torch.zeros(P + 2)
     monitor = new_monitor(ctx, opt)
     clock, staleness_sum, stopping, done = 0, 0.0, False, set()
+    live = Liveness(leaders, ctx.job.timeout_s)
     while len(done) < len(leaders):
         src = dist.recv(msg)                       # from whichever leader is ready first
+        live.heard_from(src)
         if not stopping:
             apply_update(model, opt, msg[:P])
             staleness_sum += clock - float(msg[P + 2])
@@ -49,6 +74,7 @@ def serve(ctx: Context) -> dict:
             stopping = monitor.check(model, ctx.start.iteration + clock)
         if stopping:
             done.add(src)
+            live.forget([src])
         send_weights(model, reply, stopping, clock, [src])
     return finish(ctx, monitor, opt, ctx.start.iteration + clock, [updates[leader] for leader in leaders],
                   mean_staleness=staleness_sum / max(clock, 1))
@@ -80,11 +106,14 @@ def serve_softsync(ctx: Context) -> dict:
     monitor = new_monitor(ctx, opt)
     clock, stopping, done, pending = 0, False, set(), []
     stale_sum, scale_sum = 0.0, 0.0
+    live = Liveness(learners, ctx.job.timeout_s)
     while len(done) < len(learners):
         src = dist.recv(msg)
+        live.heard_from(src)
         if stopping:
             send_weights(model, reply, True, clock, [src])
             done.add(src)
+            live.forget([src])
             continue
         sigma = clock - float(msg[P + 2])
         scale = 1.0 / max(sigma, 1.0) if plan.scale_lr_by_staleness else 1.0
@@ -103,6 +132,7 @@ def serve_softsync(ctx: Context) -> dict:
         send_weights(model, reply, stopping, clock, pending)
         if stopping:
             done.update(pending)
+            live.forget(pending)
         pending = []
     n_grads = max(sum(received.values()), 1)
     return finish(ctx, monitor, opt, ctx.start.iteration + clock, [received[r] for r in learners],
