@@ -80,6 +80,25 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def listening_addresses(pids: list[int]) -> set[str]:
+    """The local addresses these processes listen on (TCP), as /proc/net writes them."""
+    import os
+    inodes = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:          # 0A: LISTEN
+                found.add(fields[1].rsplit(":", 1)[0])
+    return found
+
+
 def test_ctrl_c_stops_every_process_and_leaves_a_checkpoint(tmp_path):
     import os
     import signal
@@ -100,6 +119,8 @@ def test_ctrl_c_stops_every_process_and_leaves_a_checkpoint(tmp_path):
         time.sleep(0.2)
     assert (run_dir / "checkpoint.pt").exists()
     assert len(processes_mentioning(tag)) >= 4                  # the command and its three workers
+    # Stores, rendezvous and gloo all listen on loopback only (127.0.0.1, as /proc/net writes it).
+    assert listening_addresses(processes_mentioning(tag)) == {"0100007F"}
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "interrupted" in err and "--resume" in err and "Traceback" not in err

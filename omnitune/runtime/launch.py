@@ -13,6 +13,7 @@ read the keys of a dead one.
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from datetime import timedelta
@@ -90,7 +91,7 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
     return dict(
         min_nodes=nodes, max_nodes=nodes, nproc_per_node=nprocs,
         run_id=run_id or uuid.uuid4().hex[:12],
-        rdzv_backend="c10d", rdzv_endpoint=f"{host}:{port}",
+        rdzv_backend=RDZV_BACKEND, rdzv_endpoint=f"{host}:{port}",
         rdzv_configs=configs, max_restarts=max_restarts,
         monitor_interval=0.1, start_method="spawn", local_addr=local_addr,
         # Workers blocked in a gloo wait do not see SIGTERM at once; after this, SIGKILL.
@@ -99,12 +100,33 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
     )
 
 
+RDZV_BACKEND = "omnitune-c10d"
+
+
+def c10d_handler(params):
+    """torch's c10d rendezvous, with its store bound to the rendezvous host alone: torch's own
+    listens on every interface. (The agent's second, shared store is switched off in `launch`:
+    omnitune's processes use the job's store.)"""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    class Backend(C10dRendezvousBackend):
+        name = RDZV_BACKEND                       # the registry checks the handler's backend name
+
+    host, port = endpoint(params.endpoint)
+    store = job_store(host, port, params.get_as_bool("is_host", True), params.get_as_int("read_timeout", 60))
+    return create_handler(store, Backend(store, params.run_id), params)
+
+
 def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) -> dict[int, Any]:
     """Run `entrypoint(*args)` in `nprocs` processes; return each local rank's return value."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous import RendezvousError
+    from torch.distributed.elastic.rendezvous import RendezvousError, rendezvous_handler_registry
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    rendezvous_handler_registry.register(RDZV_BACKEND, c10d_handler)
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
 
     kwargs = launch_config_kwargs(nprocs, log_dir, **kw)
     log_dir = Path(kwargs.pop("log_dir"))
