@@ -24,7 +24,9 @@ out = Console(width=None if sys.stdout.isatty() else 150)
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+    # Messages quote torch's, which hold "[/path/file.cc:78]": text, not markup.
+    console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from omnitune.cli import app
+from omnitune.errors import UserError
 from omnitune.runtime.summary import RunSummary, save as save_summary
 from tests.conftest import DATA, make_plan
 
@@ -121,6 +122,18 @@ def test_print_commands_gives_each_node_its_command(tmp_path):
 def test_a_plan_on_two_nodes_needs_a_node_rank(tmp_path, args, needle):
     result = runner.invoke(app, ["run", str(two_node_plan(tmp_path)), "--out-dir", str(tmp_path / "r"), *args])
     assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output
+
+
+def test_an_error_quoting_torch_prints_as_text(tmp_path, monkeypatch):
+    """torch's messages hold "[/path/pair.cc:561]", which rich would read as a closing tag."""
+    def failing(*args, **kw):
+        raise UserError("a worker process failed: RuntimeError: [/__w/pytorch/gloo/pair.cc:561] Connection reset")
+
+    monkeypatch.setattr("omnitune.runtime.launch.launch", failing)
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
+    result = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert "RuntimeError: [/__w/pytorch/gloo/pair.cc:561] Connection reset" in result.output
 
 
 def test_a_node_without_the_coordinator_launches_its_own_processes(tmp_path, monkeypatch):
