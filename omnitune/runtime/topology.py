@@ -86,7 +86,3 @@ def placed_nodes(placement: list[tuple[int, str]]) -> tuple[Node, ...]:
         ranks.setdefault(n, []).append(rank)
         hosts[n] = host
     return tuple(Node(n, hosts[n], tuple(ranks[n])) for n in sorted(ranks))
-
-
-def node(plan: Plan, index: int) -> Node:
-    return next(n for n in nodes(plan) if n.index == index)
