@@ -39,9 +39,9 @@ def bench(name: str, target: float, quick: bool, work: Path) -> dict:
                 "batching_gain": d.best.samples_per_s / d.steps[0].samples_per_s} for d in prof.devices]
     return {
         "workload": name, "target_accuracy": target, "devices": devices,
-        "plan": {"protocol": plan.protocol, "layout": plan.layout, "groups": len(plan.groups),
-                 "batch_per_device": plan.batch_size[plan.devices[0].id], "lr": plan.lr,
-                 "momentum": plan.momentum},
+        "plan": {"protocol": plan.spec.variant.label, "layout": plan.layout, "groups": len(plan.spec.groups),
+                 "batch_per_device": plan.spec.batch_size[plan.spec.devices[0].id], "lr": plan.spec.lr,
+                 "momentum": plan.spec.momentum},
         "predicted_sec_per_iter": plan.prediction.sec_per_iter,
         "measured_sec_per_iter": summary.measured_sec_per_iter,
         "predicted_iters": plan.prediction.iters_to_target, "measured_iters": summary.iterations,

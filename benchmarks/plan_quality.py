@@ -15,17 +15,17 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
+from omnitune import optimizer, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
-from omnitune.optimizer import Config, split
+from omnitune.optimizer import Config
 from omnitune.perfmodel import PerfModel
-from omnitune.plan import Plan, Prediction
 from omnitune.probe import make_prober
+from omnitune.protocols import Groups, Sync
+from omnitune.runspec import RunSpec
 from omnitune.runtime import job
 
 WORKLOADS = {"lenet-digits": 0.97, "cnn1d-mnist1d": 0.85}
@@ -36,33 +36,31 @@ def grid(prof, quick: bool) -> list[Config]:
     """Layout and g × batch × lr × momentum: 16 configurations (8 with --quick)."""
     per_core = prof.cluster.layouts["one-per-core"]
     one = prof.cluster.layouts.get("one-worker", per_core[:1])
-    shapes = [("one-worker", "sync", (one,), 0.9), ("one-per-core", "sync", (per_core,), 0.9)]
-    shapes += [("one-per-core", "groups", split(per_core, 2), mu) for mu in (0.4, 0.0)]
+    two = Groups(g=2)
+    shapes = [("one-worker", Sync(), (one,), 0.9), ("one-per-core", Sync(), (per_core,), 0.9)]
+    shapes += [("one-per-core", two, two.group(per_core), mu) for mu in (0.4, 0.0)]
     batches, lrs = ((32,), (0.1, 0.05)) if quick else ((32, 64), (0.1, 0.05))
-    return [Config(layout, proto, groups, b, lr, mu) for layout, proto, groups, mu in shapes
+    return [Config(layout, variant, groups, b, lr, mu) for layout, variant, groups, mu in shapes
             for b in batches for lr in lrs]
 
 
 def default_config(prof) -> Config:
     per_core = prof.cluster.layouts["one-per-core"]
-    return Config("one-per-core", "sync", (per_core,), 32, 0.01, 0.9)
+    return Config("one-per-core", Sync(), (per_core,), 32, 0.01, 0.9)
 
 
-def fixed_plan(prof, prof_path: Path, name: str, target: float, c: Config) -> Plan:
-    sec = optimizer.hardware_scores(PerfModel.from_profile(prof), [c])[0]
-    devices = tuple(prof.cluster.device(d) for g in c.groups for d in g)
-    return Plan(schema_version=1, workload=name, data_dir=None, target_accuracy=target, seed=0,
-                protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
-                batch_size={d.id: c.batch for d in devices}, lr=c.lr, momentum=c.momentum,
-                implicit_momentum=1 - 1 / c.g, prediction=Prediction(float(sec), 0.0, 0.0), candidates=(),
-                profile=str(prof_path), rendezvous="127.0.0.1:0", server_host="127.0.0.1",
-                created_at=datetime.now(timezone.utc).isoformat())
+def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
+    """What a configuration runs: its devices and groups, with batches as the planner would set them."""
+    cluster = prof.cluster
+    return RunSpec(workload=name, data_dir=None, variant=c.variant,
+                   devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
+                   batch_size=optimizer.device_batches(PerfModel.from_profile(prof), c), lr=c.lr,
+                   momentum=c.momentum, target_accuracy=target, rendezvous=cluster.rendezvous,
+                   server_host=cluster.server_host, server_node=cluster.server_node)
 
 
-def measure(plan: Plan, work: Path, tag: str) -> float:
-    path = work / f"{tag}.json"
-    plan_mod.save(plan, path)
-    s = job.run(str(path), str(work / tag), max_time_s=TIME_LIMIT_S)
+def measure(spec: RunSpec, work: Path, tag: str) -> float:
+    s = job.run_spec(spec, str(work / tag), max_time_s=TIME_LIMIT_S)
     return s.time_to_target_s if s.reached_target else TIME_LIMIT_S
 
 
@@ -76,18 +74,19 @@ def bench(name: str, target: float, quick: bool, work: Path) -> dict:
     plan = optimizer.build_plan(scored, prof, str(prof_path), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     planning_s = time.perf_counter() - start
-    plan_t = measure(plan, work, f"{name}-plan")
+    plan_t = measure(plan.spec, work, f"{name}-plan")
     oracle = []
     for i, c in enumerate(grid(prof, quick)):
-        t = measure(fixed_plan(prof, prof_path, name, target, c), work, f"{name}-grid{i}")
-        oracle.append({"layout": c.layout, "protocol": c.protocol, "groups": c.g, "batch": c.batch, "lr": c.lr,
-                       "momentum": c.momentum, "time_to_target_s": t})
+        t = measure(fixed_spec(prof, name, target, c), work, f"{name}-grid{i}")
+        oracle.append({"layout": c.layout, "protocol": c.variant.label, "groups": c.g, "batch": c.batch,
+                       "lr": c.lr, "momentum": c.momentum, "time_to_target_s": t})
         print(f"{name} grid {i}: {oracle[-1]}", flush=True)
-    default_t = measure(fixed_plan(prof, prof_path, name, target, default_config(prof)), work, f"{name}-default")
+    default_t = measure(fixed_spec(prof, name, target, default_config(prof)), work, f"{name}-default")
     oracle_t = min(o["time_to_target_s"] for o in oracle)
     return {"name": name, "target_accuracy": target, "time_limit_s": TIME_LIMIT_S,
-            "plan": {"layout": plan.layout, "protocol": plan.protocol, "groups": len(plan.groups),
-                     "batch": plan.batch_size[plan.devices[0].id], "lr": plan.lr, "momentum": plan.momentum,
+            "plan": {"layout": plan.layout, "protocol": plan.spec.variant.label, "groups": len(plan.spec.groups),
+                     "batch": plan.spec.batch_size[plan.spec.devices[0].id], "lr": plan.spec.lr,
+                     "momentum": plan.spec.momentum,
                      "predicted_time_to_target_s": plan.prediction.time_to_target_s},
             "plan_time_to_target_s": plan_t, "oracle_time_to_target_s": oracle_t,
             "default_time_to_target_s": default_t, "planning_s": planning_s,

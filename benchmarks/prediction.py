@@ -55,7 +55,7 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
     s = job.run(str(plan_path), str(work / f"run{i}"), max_time_s=120)
     p = plan.prediction
     return {"workload": name, "target": target, "layout": layout, "protocol": protocol, "groups": g,
-            "batch": batch, "lr": lr, "momentum": plan.momentum,
+            "batch": batch, "lr": lr, "momentum": plan.spec.momentum,
             "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": s.measured_sec_per_iter,
             "predicted_iters": p.iters_to_target, "measured_iters": s.iterations,
             "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": s.time_to_target_s,

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from benchmarks.plan_quality import fixed_plan
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, statmodel, workload
+from benchmarks.plan_quality import fixed_spec
+from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, protocols, statmodel, workload
 from omnitune.cluster import load_cluster
 from omnitune.optimizer import Config
 from omnitune.probe import make_prober
@@ -60,13 +59,15 @@ def cluster_profile(name: str, slowdown: list[float], wl: str, quick: bool, work
     return prof, path
 
 
-def protocol_config(prof, name: str, lr: float) -> tuple[Config, bool]:
+def protocol_config(prof, name: str, lr: float) -> Config:
+    """The named protocol on every device of the cluster (one learner per device where it has a
+    server), with the momentum rule's explicit momentum."""
     protocol, n, every, balanced, scaled = PROTOCOLS[name]
     ids = prof.cluster.layouts["cluster"]
-    g = len(ids) if protocol in ("groups", "softsync") else 1
-    c = Config("cluster", protocol, optimizer.split(ids, g), BATCH, lr, 0.0, n, every, balanced)
-    mu = round(statmodel.explicit_momentum(optimizer.MU_STAR, c.probe_config().groups), 4)
-    return replace(c, momentum=mu), scaled
+    variant = protocols.from_fields(protocol, len(ids) if protocols.Variant.kinds()[protocol].has_server else 1,
+                                    n, every, balanced, scaled)
+    mu = round(statmodel.explicit_momentum(optimizer.MU_STAR, variant.asynchrony), 4)
+    return Config("cluster", variant, variant.group(ids), BATCH, lr, mu)
 
 
 def run_plan(plan, work: Path, tag: str):
@@ -89,11 +90,9 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
     rows = []
     names = names or [n for n in (QUICK if quick else PROTOCOLS) if n not in STALENESS_CLUSTER[2]]
     for name in names:
-        c, scaled = protocol_config(prof, name, lr)
-        plan = replace(fixed_plan(prof, prof_path, wl_name, target, c), softsync_n=c.softsync_n,
-                       gossip_every=c.gossip_every, rebalance=c.balanced, scale_lr_by_staleness=scaled,
-                       batch_size=optimizer.device_batches(optimizer.PerfModel.from_profile(prof), c))
-        s = run_plan(plan, work, f"{wl_name}-{cluster}-{name}")
+        c = protocol_config(prof, name, lr)
+        tag = f"{wl_name}-{cluster}-{name}"
+        s = job.run_spec(fixed_spec(prof, wl_name, target, c), str(work / tag), max_time_s=TIME_LIMIT_S)
         rows.append(row(s, protocol=name, cluster=cluster, workload=wl_name, momentum=c.momentum))
         print_rows(f"{wl_name} on {cluster}", rows[-1:], ["protocol", "time_to_target_s", "final_accuracy",
                                                            "mean_staleness"])
@@ -105,9 +104,8 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
     plan = optimizer.build_plan(scored, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     s = run_plan(plan, work, f"{wl_name}-{cluster}-omnitune")
-    chosen = f"{plan.protocol}" + (f" ({scored[0].config.detail})" if scored[0].config.detail else "")
-    rows.append(row(s, protocol=f"omnitune plan: {chosen}", cluster=cluster, workload=wl_name,
-                    momentum=plan.momentum, predicted_time_to_target_s=plan.prediction.time_to_target_s))
+    rows.append(row(s, protocol=f"omnitune plan: {plan.spec.variant.label}", cluster=cluster, workload=wl_name,
+                    momentum=plan.spec.momentum, predicted_time_to_target_s=plan.prediction.time_to_target_s))
     return rows
 
 

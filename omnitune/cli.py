@@ -136,13 +136,10 @@ def plan(
     except UserError as e:
         _fail(e)
     out.print(_candidates_table(result))
-    p = result.prediction
-    variant = {"softsync": f" (n={result.softsync_n})", "gossip": f" (every {result.gossip_every} steps)"}
-    balanced = ", balanced batches" if result.rebalance else ""
-    out.print(f"chose {result.protocol}{variant.get(result.protocol, '')}{balanced} on layout {result.layout} "
-              f"with {len(result.groups)} group(s), "
-              f"{_batches(result.batch_size)}, lr {result.lr}, momentum "
-              f"{result.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
+    p, spec = result.prediction, result.spec
+    out.print(f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
+              f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum "
+              f"{spec.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
               f"{p.time_to_target_s:.2f}s = {p.iters_to_target:.0f} iterations × {p.sec_per_iter * 1e3:.2f} ms")
     out.print(f"wrote {out_path}")
 
@@ -167,11 +164,11 @@ def _study_name(prof, workload, target, seed, probe_iters, space) -> str:
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):
-    from omnitune import optimizer
+    from omnitune import optimizer, protocols
     if not 0 < target <= 1:
         raise UserError(f"--target-accuracy must be in (0, 1], got {target}")
-    if protocol is not None and protocol not in optimizer.PROTOCOLS:
-        raise UserError(f"--protocol must be one of {', '.join(optimizer.PROTOCOLS)}, got {protocol!r}")
+    if protocol is not None and protocol not in protocols.NAMES:
+        raise UserError(f"--protocol must be one of {', '.join(protocols.NAMES)}, got {protocol!r}")
     for name, value in (("--groups", groups), ("--batch-size", batch_size)):
         if value is not None and value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
@@ -179,9 +176,8 @@ def _space(target, protocol, groups, batch_size, lr, momentum):
         raise UserError(f"--lr must be positive, got {lr}")
     if momentum is not None and not -1 < momentum < 1:
         raise UserError(f"--momentum must be in (-1, 1), got {momentum}")
-    protocols = (protocol,) if protocol else optimizer.PROTOCOLS
     return optimizer.Space(
-        protocols=protocols, groups=(groups,) if groups else None,
+        protocols=(protocol,) if protocol else protocols.NAMES, groups=(groups,) if groups else None,
         batch_sizes=(batch_size,) if batch_size else optimizer.DEFAULT_BATCHES,
         lrs=(lr,) if lr else optimizer.DEFAULT_LRS, momentum=momentum)
 
@@ -191,7 +187,7 @@ def _candidates_table(result, rows: int = 12) -> Table:
     for col in ("layout", "protocol", "g", "batch", "lr", "mom.", "impl.", "ms/iter", "iters", "time (s)", "probe"):
         table.add_column(col, justify="right")
     for c in result.candidates[:rows]:
-        table.add_row(c.layout, f"{c.protocol} ({c.detail})" if c.detail else c.protocol, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
+        table.add_row(c.layout, c.variant.label, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
                       f"{c.implicit_momentum:.2f}", f"{c.sec_per_iter * 1e3:.2f}",
                       _iters(c),
                       "-" if c.time_to_target_s is None else f"{c.time_to_target_s:.2f}", c.note)
@@ -224,6 +220,9 @@ def run(
     print_commands: bool = typer.Option(False, help="print the command each node runs, and exit"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
+    from functools import partial
+
+    from omnitune import probe
     from omnitune.runtime import job
     if print_commands:
         try:
@@ -234,14 +233,15 @@ def run(
     try:
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…"):
+            replan = partial(probe.retune, iters=replan_probe_iters) if replan_every_s is not None else None
             summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
-                              replan_every_s, replan_probe_iters, checkpoint_every_s, max_restarts, node_rank)
+                              replan_every_s, replan, checkpoint_every_s, max_restarts, node_rank)
     except UserError as e:
         _fail(e)
     if summary is None:
         from omnitune import plan as plan_mod
         from omnitune.runtime.topology import roles
-        coordinator = roles(plan_mod.load(plan_path))[0].node
+        coordinator = roles(plan_mod.load(plan_path).spec)[0].node
         out.print(f"node {node_rank}: its processes finished; the run's summary and checkpoint are in the run dir "
                   f"of node {coordinator}, the coordinator's")
         return

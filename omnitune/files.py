@@ -77,9 +77,12 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def to_dict(obj: Any) -> Any:
-    """A dataclass tree as plain JSON values (tuples become lists)."""
+    """A dataclass tree as plain JSON values (tuples become lists). A dataclass of a tagged family
+    (one that sets TAG, e.g. protocols.Variant) also records its tag, so loading finds its class."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        tag = getattr(obj, "TAG", None)
+        head = {tag: getattr(obj, tag)} if tag else {}
+        return head | {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -166,6 +169,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise UserError(f"{where}: expected an object, got {type(value).__name__}")
+    if getattr(cls, "TAG", None):
+        cls, value = _tagged(cls, value, where)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(value) - set(fields), key=repr)     # YAML keys need not be strings
@@ -183,12 +188,34 @@ def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
         raise UserError(f"{where}: {e}") from None
 
 
-def load_versioned(path: str | os.PathLike, cls: type, supported: tuple[int, ...]) -> Any:
-    """Load a dataclass file whose top level carries `schema_version`."""
+def _tagged(cls: type, value: dict, where: str) -> tuple[type, dict]:
+    """The member of the tagged family `cls` that `value` names by its tag, and the other keys.
+    The family's base class lists its members by tag: cls.kinds() -> {tag value: class}."""
+    kinds = {name: kind for name, kind in cls.kinds().items() if issubclass(kind, cls)}
+    name = value.get(cls.TAG)
+    if not isinstance(name, str) or name not in kinds:
+        raise UserError(f"{where}.{cls.TAG}: must be one of {', '.join(map(repr, kinds))}, got {_show(name)}")
+    return kinds[name], {k: v for k, v in value.items() if k != cls.TAG}
+
+
+def load_versioned(path: str | os.PathLike, cls: type, supported: tuple[int, ...],
+                   legacy: dict[int, type] | None = None) -> Any:
+    """Load a dataclass file whose top level carries `schema_version`.
+
+    `legacy` maps older versions to the dataclasses that read them; each has an `upgrade()`
+    method returning the current `cls`.
+    """
+    legacy = legacy or {}
     data = read_json(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object at the top level")
     version = data.get("schema_version")
-    if version not in supported:
-        raise UserError(f"{path}: schema_version {_show(version)} is not one of {list(supported)}")
+    if version not in (*legacy, *supported) or isinstance(version, bool):
+        raise UserError(f"{path}: schema_version {_show(version)} is not one of {sorted({*legacy, *supported})}")
+    if version in legacy:
+        old = from_dict(legacy[version], data, str(path))
+        try:
+            return old.upgrade()
+        except ValueError as e:
+            raise UserError(f"{path}: {e}") from None
     return from_dict(cls, data, str(path))

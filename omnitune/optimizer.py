@@ -21,10 +21,15 @@ from typing import Callable
 
 import numpy as np
 
-from omnitune import statmodel
+from omnitune import protocols, statmodel
+from omnitune.balance import equal_time_batches
+from omnitune.errors import UserError
 from omnitune.files import from_dict, to_dict
 from omnitune.perfmodel import PerfModel, Shape
+from omnitune.plan import SCHEMA_VERSION, Candidate, Plan, Prediction
 from omnitune.profile import Profile
+from omnitune.protocols import Variant
+from omnitune.runspec import RunSpec
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
 # (config, max_iters, on_eval) -> result; on_eval(iteration, accuracy) returns True to stop (prune)
@@ -36,14 +41,10 @@ OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches 
 STOP_GAIN = 0.10  # add groups only while seconds per iteration improve by at least this much
 
 
-PROTOCOLS = ("sync", "groups", "softsync", "hpsgd", "gossip")
-GOSSIP_EVERY = (1, 4)
-
-
 @dataclass(frozen=True)
 class Space:
     """What to search. A field given a single value pins it (the CLI's --protocol etc.)."""
-    protocols: tuple[str, ...] = PROTOCOLS
+    protocols: tuple[str, ...] = protocols.NAMES
     groups: tuple[int, ...] | None = None          # None: every g that splits the devices evenly
     batch_sizes: tuple[int, ...] = DEFAULT_BATCHES
     lrs: tuple[float, ...] = DEFAULT_LRS
@@ -53,79 +54,21 @@ class Space:
 
 
 @dataclass(frozen=True)
-class Variant:
-    """A protocol with its shape: how many groups, and the protocol's own parameter."""
-    protocol: str
-    g: int
-    softsync_n: int = 1
-    gossip_every: int = 1
-
-
-def variants(n: int, protocols: tuple[str, ...]) -> list[Variant]:
-    """The protocol variants n devices allow. Server-less and softsync variants need two devices."""
-    out = []
-    for p in protocols:
-        if p == "sync":
-            out.append(Variant("sync", 1))
-        elif p == "groups":
-            out += [Variant("groups", g) for g in range(2, n + 1) if n % g == 0]
-        elif n < 2:
-            continue
-        elif p == "softsync":           # n = 1 (wait for all), learners / 2, learners (asynchronous)
-            out += [Variant("softsync", n, k) for k in sorted({1, max(1, n // 2), n})]
-        elif p == "hpsgd":
-            out.append(Variant("hpsgd", 1))
-        elif p == "gossip":
-            out += [Variant("gossip", 1, gossip_every=e) for e in GOSSIP_EVERY]
-    return out
-
-
-@dataclass(frozen=True)
 class Config:
     layout: str
-    protocol: str
+    variant: Variant
     groups: tuple[tuple[str, ...], ...]
     batch: int                                     # per device (before balancing)
     lr: float
     momentum: float
-    softsync_n: int = 1
-    gossip_every: int = 1
-    balanced: bool = False                         # per-device batches follow measured speed
 
     @property
     def g(self) -> int:
         return len(self.groups)
 
-    @property
-    def detail(self) -> str:
-        """The protocol's own parameter and balancing, for tables: "n=2", "every=4, balanced"."""
-        parts = [f"n={self.softsync_n}"] if self.protocol == "softsync" else []
-        parts += [f"every={self.gossip_every}"] if self.protocol == "gossip" else []
-        parts += ["balanced"] if self.balanced else []
-        return ", ".join(parts)
-
     def probe_config(self) -> ProbeConfig:
         """What the probe must emulate: one update's batch, the step size, the asynchrony."""
-        return emulation(Variant(self.protocol, self.g, self.softsync_n, self.gossip_every),
-                         self.batch * len(self.groups[0]), self.lr, self.momentum)
-
-
-def emulation(v: Variant, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-    """The single-process stand-in for a protocol's statistics: update batch and staleness.
-
-    groups: g groups at a server (staleness about g - 1). softsync: ceil(learners/n) gradients
-    per update, staleness about learners/that - 1, steps divided by staleness (Rudra). hpsgd: the
-    whole batch with staleness about 1. gossip: approximated as the whole batch with staleness
-    about `gossip_every` (a worker sees the others' gradients only through averaging).
-    """
-    if v.protocol == "softsync":
-        per_update = -(-v.g // v.softsync_n)
-        return ProbeConfig(per_update * group_batch, lr, momentum, max(1, round(v.g / per_update)), True)
-    if v.protocol == "hpsgd":
-        return ProbeConfig(group_batch, lr, momentum, 2)
-    if v.protocol == "gossip":
-        return ProbeConfig(group_batch, lr, momentum, 1 + v.gossip_every)
-    return ProbeConfig(group_batch, lr, momentum, v.g)
+        return self.variant.emulation(self.batch * len(self.groups[0]), self.lr, self.momentum)
 
 
 @dataclass(frozen=True)
@@ -143,25 +86,17 @@ class Scored:
         return None if self.iters is None else self.iters * self.sec_per_iter
 
 
-def split(devices: tuple[str, ...], g: int) -> tuple[tuple[str, ...], ...]:
-    """g groups of equal size (Omnivore), consecutive devices together."""
-    k = len(devices) // g
-    return tuple(devices[i * k:(i + 1) * k] for i in range(g))
-
-
 def enumerate_configs(profile: Profile, space: Space) -> list[Config]:
     out = []
     for layout, devices in profile.cluster.layouts.items():
         if space.layouts is not None and layout not in space.layouts:
             continue
         batches = _batch_sizes(profile, devices, space)
-        balance = (False, True) if heterogeneous(profile, devices) else (False,)
-        for v in variants(len(devices), space.protocols):
-            if space.groups is not None and v.g not in space.groups:
+        for v in protocols.admitted(len(devices), space.protocols, heterogeneous(profile, devices)):
+            if space.groups is not None and v.groups not in space.groups:
                 continue
-            g_emulated = emulation(v, 1, 1.0, 0.0).groups
-            out += [Config(layout, v.protocol, split(devices, v.g), b, lr, mu, v.softsync_n, v.gossip_every, bal)
-                    for mu in _momenta(space, g_emulated) for b in batches for lr in space.lrs for bal in balance]
+            out += [Config(layout, v, v.group(devices), b, lr, mu)
+                    for mu in _momenta(space, v.asynchrony) for b in batches for lr in space.lrs]
     return out
 
 
@@ -173,9 +108,8 @@ def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.
 
 def device_batches(perf: PerfModel, c: Config) -> dict[str, int]:
     """Per-device batch sizes: equal, or balanced so that every member's step takes as long."""
-    if not c.balanced:
+    if not c.variant.balanced:
         return {d: c.batch for g in c.groups for d in g}
-    from omnitune.runtime.balance import equal_time_batches
     out = {}
     for group in c.groups:
         # t_d(b) near the nominal batch, as a line through t_d(b/2) and t_d(2b).
@@ -201,7 +135,7 @@ def _momenta(space: Space, g: int) -> list[float]:
 
 
 def shape_of(perf: PerfModel, c: Config) -> Shape:
-    return Shape(c.groups, device_batches(perf, c), c.protocol, c.layout, c.softsync_n, c.gossip_every)
+    return Shape(c.groups, device_batches(perf, c), c.variant, c.layout)
 
 
 def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
@@ -360,18 +294,11 @@ def stored_results(study) -> dict[ProbeConfig, ProbeResult]:
     return out
 
 
-def implicit_of(g: int, measured: dict[int, float] | None) -> float:
-    return (measured or {}).get(g, statmodel.implicit_momentum(g))
-
-
-def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = None):
+def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = None) -> tuple[Candidate, ...]:
     """The plan file's record of every configuration considered."""
-    from omnitune.plan import Candidate
-
     return tuple(Candidate(
-        layout=s.config.layout, protocol=s.config.protocol, groups=s.config.g, batch_size=s.config.batch,
-        lr=s.config.lr, momentum=s.config.momentum,
-        implicit_momentum=implicit_of(s.config.probe_config().groups, implicit), detail=s.config.detail,
+        layout=s.config.layout, variant=s.config.variant, batch_size=s.config.batch, lr=s.config.lr,
+        momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(implicit),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
         note=s.probe.note if s.probe else "not probed",
         iters_band=tuple(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
@@ -379,11 +306,8 @@ def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = Non
 
 def build_plan(scored: list[Scored], profile: Profile, profile_path: str, workload: str,
                data_dir: str | None, target: float, seed: int, created_at: str,
-               implicit: dict[int, float] | None = None):
+               implicit: dict[int, float] | None = None) -> Plan:
     """The winning configuration as a Plan; a clear error when no probe reached the target."""
-    from omnitune.errors import UserError
-    from omnitune.plan import SCHEMA_VERSION, Plan, Prediction
-
     best = scored[0]
     if best.time_to_target_s is None:
         notes = sorted({s.probe.note for s in scored if s.probe})
@@ -392,15 +316,14 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
                         "a larger --probe-iters or other --lr values")
     c = best.config
     cluster = profile.cluster
-    devices = tuple(cluster.device(d) for g in c.groups for d in g)
-    batch = device_batches(PerfModel.from_profile(profile), c)
+    spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
+                   devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
+                   batch_size=device_batches(PerfModel.from_profile(profile), c), lr=c.lr, momentum=c.momentum,
+                   seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
+                   server_host=cluster.server_host, server_node=cluster.server_node)
     return Plan(
-        schema_version=SCHEMA_VERSION, workload=workload, data_dir=data_dir, target_accuracy=target, seed=seed,
-        protocol=c.protocol, layout=c.layout, devices=devices, groups=c.groups,
-        batch_size=batch, lr=c.lr, momentum=c.momentum, softsync_n=c.softsync_n,
-        gossip_every=c.gossip_every, rebalance=c.balanced,
-        implicit_momentum=implicit_of(c.probe_config().groups, implicit),
+        schema_version=SCHEMA_VERSION, spec=spec, layout=c.layout,
+        implicit_momentum=c.variant.implicit_momentum(implicit),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
-        candidates=candidate_rows(scored, implicit), profile=profile_path, rendezvous=cluster.rendezvous,
-        server_host=cluster.server_host, server_node=cluster.server_node, created_at=created_at)
+        candidates=candidate_rows(scored, implicit), profile=profile_path, created_at=created_at)

@@ -10,10 +10,9 @@ Notation (all times in seconds, sizes in bytes):
     M          model size in bytes
 A group of k devices takes T = max_d t_d(b_d) + A_k(M) per minibatch. With a parameter server,
 the leader's exchange adds R(M) and the group's broadcast of new weights another A_k(M); g groups
-share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s:
-    sec_per_iter = max(T / g, s)       (a queueing bound, not a sum)
-softsync waits for ceil(learners/n) gradients per update; hpsgd overlaps its all-reduce with the
-next step, max(compute, A); gossip adds one round trip every `gossip_every` steps.
+share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s.
+Each protocol combines these pieces by its own equation (protocols.Variant.sec_per_update): for
+Omnivore's groups, sec_per_iter = max(T / g, s), a queueing bound, not a sum.
 That analytic model misses what only a real job shows: stragglers waiting at the all-reduce,
 wake-up latency, processes sharing cores with the server. The profile therefore also times short
 real jobs of the runtime (calibration) for each layout, protocol and g at a few batch sizes, and
@@ -27,7 +26,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from omnitune import protocols
 from omnitune.profile import DeviceProfile, Network, Profile
+from omnitune.protocols import Costs, Sync, Variant
 
 
 @dataclass(frozen=True)
@@ -114,17 +115,7 @@ class NetworkModel:
         return float(fit.intercept * (k - 1) / (k0 - 1) + fit.slope * scale * nbytes)
 
 
-CalibrationKey = tuple[str, str, int]     # (layout, protocol key, g)
-SERVER_PROTOCOLS = ("groups", "softsync")
-
-
-def protocol_key(protocol: str, softsync_n: int = 1, gossip_every: int = 1) -> str:
-    """The protocol with the parameter that changes its speed: "softsync/n=2", "gossip/every=4"."""
-    if protocol == "softsync":
-        return f"softsync/n={softsync_n}"
-    if protocol == "gossip":
-        return f"gossip/every={gossip_every}"
-    return protocol
+CalibrationKey = tuple[str, str, int]     # (layout, variant key, number of groups)
 
 
 @dataclass(frozen=True)
@@ -132,14 +123,12 @@ class Shape:
     """What the hardware model needs of a configuration."""
     groups: tuple[tuple[str, ...], ...]       # device ids of each compute group
     batch: dict[str, int]                     # per device
-    protocol: str = "sync"
+    variant: Variant = Sync()
     layout: str | None = None                 # names the calibration to use
-    softsync_n: int = 1
-    gossip_every: int = 1
 
     @property
     def key(self) -> CalibrationKey:
-        return (self.layout, protocol_key(self.protocol, self.softsync_n, self.gossip_every), len(self.groups))
+        return (self.layout, self.variant.key, len(self.groups))
 
 
 @dataclass(frozen=True)
@@ -184,24 +173,19 @@ class PerfModel:
         """s: the server's time per update, during which other groups wait."""
         return float(self.network.server_update_s + self.network.round_trip(self.model_bytes))
 
+    def costs(self, shape: Shape) -> Costs:
+        """The pieces a protocol's equation combines (protocols.Costs)."""
+        server = shape.variant.has_server
+        devices = [d for g in shape.groups for d in g]
+        return Costs(group_steps=tuple(self.group_step_s(g, shape.batch, server) for g in shape.groups),
+                     compute=self.compute_s(devices, shape.batch),
+                     allreduce=self.network.allreduce_s(len(devices), self.model_bytes),
+                     round_trip=float(self.network.round_trip(self.model_bytes)),
+                     server_service=self.server_service_s())
+
     def analytic_s(self, shape: Shape) -> float:
         """Seconds per model update from the profile's measurements alone."""
-        server = shape.protocol in SERVER_PROTOCOLS
-        step = [self.group_step_s(g, shape.batch, server) for g in shape.groups]
-        M, devices = self.model_bytes, [d for g in shape.groups for d in g]
-        if shape.protocol == "sync":
-            return step[0]
-        if shape.protocol == "hpsgd":        # the all-reduce runs during the next step's compute
-            return max(self.compute_s(devices, shape.batch), self.network.allreduce_s(len(devices), M))
-        if shape.protocol == "gossip":       # a pairwise exchange every `gossip_every` steps
-            return self.compute_s(devices, shape.batch) + self.network.round_trip(M) / shape.gossip_every
-        if shape.protocol == "softsync" and shape.softsync_n == 1:
-            return max(step)                 # every learner waits for the slowest
-        # Groups update once per their own step; together at sum(1/T_i) gradients/s, one update
-        # per `per_update` gradients, unless the server is the bottleneck at 1/s.
-        per_update = -(-len(shape.groups) // shape.softsync_n) if shape.protocol == "softsync" else 1
-        rate = min(sum(1.0 / t for t in step) / per_update, 1.0 / self.server_service_s())
-        return 1.0 / rate
+        return shape.variant.sec_per_update(self.costs(shape))
 
     def sec_per_iter(self, shape: Shape) -> float:
         """Seconds per model update: calibrated where the profile timed such a job, else analytic."""
@@ -213,9 +197,5 @@ class PerfModel:
 def calibration_shape(profile: Profile, cal) -> Shape:
     """The configuration a calibration job ran: its layout split into equal groups."""
     ids = profile.cluster.layouts[cal.layout]
-    k = len(ids) // cal.groups
-    groups = tuple(tuple(ids[i * k:(i + 1) * k]) for i in range(cal.groups))
-    protocol, _, param = cal.protocol.partition("/")
-    n = int(param.split("=")[1]) if protocol == "softsync" else 1
-    every = int(param.split("=")[1]) if protocol == "gossip" else 1
-    return Shape(groups, {d: cal.batch_size for d in ids}, protocol, cal.layout, n, every)
+    variant = protocols.from_key(cal.protocol, cal.groups)
+    return Shape(variant.group(ids), {d: cal.batch_size for d in ids}, variant, cal.layout)

@@ -1,19 +1,22 @@
-"""The plan: what `omnitune plan` chose and why, as a frozen, versioned dataclass."""
+"""The plan: what `omnitune plan` chose and why, as a frozen, versioned dataclass.
+
+A plan is a run spec (what to run) plus its prediction, the candidates it was chosen from, and
+where it came from. Version 2 nests the run spec; version-1 files (flat, with the protocol's
+fields beside the plan's) still load.
+"""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from typing import Literal
 
-from omnitune.cluster import Device, endpoint
+from omnitune import protocols
+from omnitune.cluster import Device
 from omnitune.files import atomic_write_json, load_versioned, to_dict
+from omnitune.protocols import Variant
+from omnitune.runspec import RunSpec
 
-SCHEMA_VERSION = 1
-Protocol = Literal["sync", "groups", "softsync", "hpsgd", "gossip"]
-SERVER_PROTOCOLS = ("groups", "softsync")      # a parameter-server process joins the workers
-ONE_GROUP_PROTOCOLS = ("sync", "hpsgd", "gossip")  # every device in one group
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,7 @@ class Prediction:
 @dataclass(frozen=True)
 class Candidate:
     layout: str
-    protocol: Protocol
-    groups: int
+    variant: Variant
     batch_size: int                  # per device
     lr: float
     momentum: float                  # explicit
@@ -41,76 +43,32 @@ class Candidate:
     iters_to_target: float | None    # None: not probed (ruled out by hardware efficiency alone)
     time_to_target_s: float | None
     note: str = ""
-    detail: str = ""                     # the protocol's parameter and balancing, e.g. "n=2, balanced"
     iters_band: tuple[float, ...] = ()   # ±1σ band of iters_to_target from the probe's fitted curve
 
     def __post_init__(self):
         times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
-        if self.groups < 1 or self.batch_size < 1 or not all(v is None or v >= 0 for v in times):
-            raise ValueError(f"candidate {self.layout!r} {self.protocol} g={self.groups}: needs groups >= 1, "
-                             "batch_size >= 1 and times >= 0")
+        if self.batch_size < 1 or not all(v is None or v >= 0 for v in times):
+            raise ValueError(f"candidate {self.layout!r} {self.variant.label}: needs batch_size >= 1 and times >= 0")
+
+    @property
+    def groups(self) -> int:
+        return self.variant.groups
 
 
 @dataclass(frozen=True)
 class Plan:
     schema_version: int
-    workload: str
-    data_dir: str | None
-    target_accuracy: float
-    seed: int
-    protocol: Protocol
-    layout: str
-    devices: tuple[Device, ...]                # in rank order of the workers
-    groups: tuple[tuple[str, ...], ...]        # device ids of each compute group
-    batch_size: dict[str, int]                 # per device id
-    lr: float
-    momentum: float                            # explicit momentum
+    spec: RunSpec                              # what to run
+    layout: str                                # which of the profile's layouts it uses
     implicit_momentum: float                   # assumed from asynchrony
     prediction: Prediction
     candidates: tuple[Candidate, ...]
-    profile: str
-    rendezvous: str
-    server_host: str
+    profile: str                               # the profile it was planned from
     created_at: str
-    softsync_n: int = 1                        # softsync: update after ceil(learners / n) gradients
-    scale_lr_by_staleness: bool = True         # softsync: each gradient's step is lr / staleness (Rudra)
-    gossip_every: int = 1                      # gossip: average with a random peer every this many steps
-    rebalance: bool = False                    # re-balance batches in a group from measured step times
-    server_node: int = 0                       # the cluster spec's node that runs the parameter server
 
     def __post_init__(self):
-        if not 0 < self.target_accuracy <= 1:
-            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if not -1 < self.momentum < 1:
-            raise ValueError(f"momentum must be in (-1, 1), got {self.momentum}")
-        ids = [d.id for d in self.devices]
-        grouped = [i for g in self.groups for i in g]
-        if sorted(grouped) != sorted(ids) or any(not g for g in self.groups):
-            raise ValueError(f"groups {self.groups} must split the devices {ids} into non-empty groups")
-        if self.protocol in ONE_GROUP_PROTOCOLS and len(self.groups) != 1:
-            raise ValueError(f"protocol {self.protocol} takes one group, got {len(self.groups)}")
-        if self.protocol == "softsync" and any(len(g) != 1 for g in self.groups):
-            raise ValueError("protocol softsync takes one device per group (each a learner)")
-        if not 1 <= self.softsync_n <= len(self.groups) and self.protocol == "softsync":
-            raise ValueError(f"softsync_n must be in 1..{len(self.groups)} (the learners), got {self.softsync_n}")
-        if self.gossip_every < 1:
-            raise ValueError(f"gossip_every must be at least 1, got {self.gossip_every}")
-        if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
-            raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
-        endpoint(self.rendezvous)
-        if self.server_node < 0:
-            raise ValueError(f"server_node must be at least 0, got {self.server_node}")
-
-    @property
-    def server(self) -> bool:
-        """Whether a parameter-server process joins the workers."""
-        return self.protocol in SERVER_PROTOCOLS
-
-    @property
-    def processes(self) -> int:
-        return len(self.devices) + int(self.server)
+        if self.spec.target_accuracy is None:
+            raise ValueError("spec.target_accuracy: a plan needs a target")
 
 
 def save(plan: Plan, path: str | os.PathLike) -> None:
@@ -118,4 +76,67 @@ def save(plan: Plan, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> Plan:
-    return load_versioned(path, Plan, supported=(1,))
+    return load_versioned(path, Plan, supported=(SCHEMA_VERSION,), legacy={1: PlanV1})
+
+
+# Version 1, read for upgrading only.
+
+@dataclass(frozen=True)
+class CandidateV1:
+    layout: str
+    protocol: str
+    groups: int
+    batch_size: int
+    lr: float
+    momentum: float
+    implicit_momentum: float
+    sec_per_iter: float
+    iters_to_target: float | None
+    time_to_target_s: float | None
+    note: str = ""
+    detail: str = ""                     # the protocol's parameter and balancing, e.g. "n=2, balanced"
+    iters_band: tuple[float, ...] = ()
+
+    def upgrade(self) -> Candidate:
+        return Candidate(self.layout, protocols.from_detail(self.protocol, self.groups, self.detail),
+                         self.batch_size, self.lr, self.momentum, self.implicit_momentum, self.sec_per_iter,
+                         self.iters_to_target, self.time_to_target_s, self.note, self.iters_band)
+
+
+@dataclass(frozen=True)
+class PlanV1:
+    schema_version: int
+    workload: str
+    data_dir: str | None
+    target_accuracy: float
+    seed: int
+    protocol: str
+    layout: str
+    devices: tuple[Device, ...]
+    groups: tuple[tuple[str, ...], ...]
+    batch_size: dict[str, int]
+    lr: float
+    momentum: float
+    implicit_momentum: float
+    prediction: Prediction
+    candidates: tuple[CandidateV1, ...]
+    profile: str
+    rendezvous: str
+    server_host: str
+    created_at: str
+    softsync_n: int = 1
+    scale_lr_by_staleness: bool = True
+    gossip_every: int = 1
+    rebalance: bool = False
+    server_node: int = 0
+
+    def upgrade(self) -> Plan:
+        variant = protocols.from_fields(self.protocol, len(self.groups), self.softsync_n, self.gossip_every,
+                                        self.rebalance, self.scale_lr_by_staleness)
+        spec = RunSpec(workload=self.workload, data_dir=self.data_dir, variant=variant, devices=self.devices,
+                       groups=self.groups, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum,
+                       seed=self.seed, target_accuracy=self.target_accuracy, rendezvous=self.rendezvous,
+                       server_host=self.server_host, server_node=self.server_node)
+        return Plan(SCHEMA_VERSION, spec, self.layout, self.implicit_momentum, self.prediction,
+                    tuple(c.upgrade() for c in self.candidates), self.profile, self.created_at)
+

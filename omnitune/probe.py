@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from omnitune import statmodel
+from omnitune import replan, statmodel, workload as workload_mod
+from omnitune.runspec import RunSpec
+from omnitune.runtime.flat import get_grads, get_params, momentum_vector, num_params, set_params
 from omnitune.statmodel import ProbeConfig, ProbeResult
-from omnitune.runtime.flat import get_grads, get_params, num_params, set_params
 from omnitune.workload import Workload, batches, collate, evaluate
 
 
@@ -27,17 +29,19 @@ class Emulator:
 
     tau is drawn per update from the queueing model of `cfg.groups` asynchronous groups, as
     the parameter server would see it. Weights start from `init_seed`; minibatch order and
-    staleness draws come from `noise_seed`.
+    staleness draws come from `noise_seed`. A probe may start from a run's checkpoint: its model
+    state and its momentum buffer `init_velocity` (flat, in parameter order).
     """
 
     def __init__(self, wl: Workload, train, cfg: ProbeConfig, init_seed: int, noise_seed: int, max_iters: int,
-                 init_state: dict | None = None):
+                 init_state: dict | None = None, init_velocity: torch.Tensor | None = None):
         torch.manual_seed(init_seed)
         self.wl, self.cfg, self.model = wl, cfg, wl.build_model()
-        if init_state is not None:                 # start from a run's checkpoint
+        if init_state is not None:
             self.model.load_state_dict(init_state)
         P = num_params(self.model)
-        self.w, self.v, self.g = get_params(self.model, torch.empty(P)), torch.zeros(P), torch.empty(P)
+        self.w, self.g = get_params(self.model, torch.empty(P)), torch.empty(P)
+        self.v = init_velocity.clone() if init_velocity is not None else torch.zeros(P)
         self.taus = statmodel.draw_staleness(np.random.default_rng(noise_seed), cfg.groups, max_iters)
         self.history: deque[torch.Tensor] = deque([self.w.clone()], maxlen=int(self.taus.max()) + 1)
         self.data = batches(train, cfg.batch, noise_seed)
@@ -163,17 +167,26 @@ def sense_implicit(wl: Workload, data_dir: str | None, groups: list[int], lr: fl
             for g in groups}
 
 
-def retune_scores(wl: Workload, data_dir: str | None, checkpoint: str, batch: int, groups: int,
-                  grid: list[tuple[float, float]], iters: int, seed: int) -> list[tuple[float, float, float]]:
-    """Omnivore's steady-state re-tuning probes: from a run's checkpoint, train `iters` updates per
-    (lr, momentum) with g's staleness; score = mean of the last 10 training losses (lower is better).
-    """
-    train, _ = wl.build_datasets(data_dir, seed)
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
-    out = []
-    for lr, momentum in grid:
-        emu = Emulator(wl, train, ProbeConfig(batch, lr, momentum, groups), seed, seed, iters, init_state=state)
+def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
+    """Omnivore's steady state: from a run's checkpoint (weights and momentum buffer), train
+    `iters` updates per (lr, momentum) of replan.retune_grid with the protocol's own emulation;
+    score = mean of the last 10 training losses (lower is better). Returns the re-tuned spec
+    (replan.retuned) and a record of what was tried."""
+    wl = workload_mod.load(spec.workload)
+    train, _ = wl.build_datasets(spec.data_dir, spec.seed)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    model = wl.build_model()
+    model.load_state_dict(state["model"])
+    velocity = momentum_vector(state["optimizer"], model)
+    update_batch = sum(spec.batch_size[d] for d in spec.groups[0])
+    scores = []
+    for lr, mu in replan.retune_grid(spec.lr, spec.momentum):
+        cfg = spec.variant.emulation(update_batch, lr, mu)
+        emu = Emulator(wl, train, cfg, spec.seed, spec.seed, iters, init_state=state["model"], init_velocity=velocity)
         losses = [emu.step() for _ in range(iters)]
         score = float(np.mean(losses[-10:]))
-        out.append((lr, momentum, score if math.isfinite(score) else math.inf))
-    return out
+        scores.append((lr, mu, score if math.isfinite(score) else math.inf))
+    new = replan.retuned(spec, scores)
+    shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "groups": len(s.groups), "protocol": s.variant.label}
+    return new, {"before": shape(spec), "after": shape(new),
+                 "scores": [{"lr": lr, "momentum": m, "loss": v} for lr, m, v in scores]}

@@ -28,8 +28,8 @@ def plot_plan(plan: plan_mod.Plan, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 5))
     x = np.array([c.sec_per_iter * 1e3 for c in probed])
     y = np.array([c.iters_to_target for c in probed])
-    for i, proto in enumerate(sorted({c.protocol for c in probed})):
-        mask = np.array([c.protocol == proto for c in probed])
+    for i, proto in enumerate(sorted({c.variant.protocol for c in probed})):
+        mask = np.array([c.variant.protocol == proto for c in probed])
         ax.scatter(x[mask], y[mask], color=f"C{i}", label=proto, alpha=0.8)
     xs = np.geomspace(x.min() / 1.5, x.max() * 1.5, 50)
     best = plan.prediction.time_to_target_s
@@ -40,7 +40,7 @@ def plot_plan(plan: plan_mod.Plan, out: Path) -> Path:
                facecolors="none", edgecolors="red", label="chosen")
     ax.set(xscale="log", yscale="log", xlabel="predicted ms per iteration (hardware efficiency)",
            ylabel="iterations to target (statistical efficiency)",
-           title=f"{plan.workload}: candidates and time-to-target contours", ylim=(y.min() / 1.5, y.max() * 1.5))
+           title=f"{plan.spec.workload}: candidates and time-to-target contours", ylim=(y.min() / 1.5, y.max() * 1.5))
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -60,7 +60,8 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     if plan is not None and plan.prediction.curve:
         pc = np.array(plan.prediction.curve)
         a1.plot(pc[:, 0] * plan.prediction.sec_per_iter, pc[:, 1], "--", label="predicted (probe × s/iter)")
-    a1.axhline(summary.target_accuracy, color="grey", lw=0.8, label="target")
+    if summary.target_accuracy is not None:
+        a1.axhline(summary.target_accuracy, color="grey", lw=0.8, label="target")
     if summary.time_to_target_s is not None:
         a1.axvline(summary.time_to_target_s, color="green", lw=0.8, label="reached")
     a1.set(xlabel="training time (s)", ylabel="test accuracy", title="accuracy")

@@ -29,26 +29,36 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def make_plan(path: Path, protocol: str, groups, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
-              target: float = 0.9, workload: str = "lenet-digits", slowdown: dict | None = None,
-              nodes: dict | None = None, **extra) -> Path:
-    """A plan for CPU workers cpu0, cpu1, … split into `groups` (lists of device ids).
+def make_spec(protocol: str, groups, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
+              target: float | None = 0.9, workload: str = "lenet-digits", slowdown: dict | None = None,
+              nodes: dict | None = None, softsync_n: int = 1, gossip_every: int = 1, rebalance: bool = False,
+              devices=None, **extra):
+    """A run spec for CPU workers cpu0, cpu1, … split into `groups` (lists of device ids).
 
     `slowdown` maps device ids to an emulated slowdown factor, `nodes` to their node of the
-    cluster spec (all on this host); `extra` sets other plan fields.
+    cluster spec (all on this host); `devices` replaces the CPU workers; `extra` sets other fields.
     """
+    from omnitune import protocols
+    from omnitune.cluster import Device
+    from omnitune.runspec import RunSpec
+
+    ids = [d for g in groups for d in g]
+    devices = devices or tuple(Device(i, "cpu", emulated_slowdown=(slowdown or {}).get(i, 1.0),
+                                      node=(nodes or {}).get(i, 0)) for i in ids)
+    variant = protocols.from_fields(protocol, len(groups), softsync_n, gossip_every, rebalance)
+    return RunSpec(workload=workload, data_dir=None, variant=variant, devices=tuple(devices),
+                   groups=tuple(tuple(g) for g in groups), batch_size={i: batch for i in ids}, lr=lr,
+                   momentum=momentum, target_accuracy=target, **extra)
+
+
+def make_plan(path: Path, protocol: str, groups, **kw) -> Path:
+    """The sample plan with the run spec of `make_spec(protocol, groups, **kw)`, saved to `path`."""
     from dataclasses import replace
 
     from omnitune import plan as plan_mod
-    from omnitune.cluster import Device
 
-    base = plan_mod.load(DATA / "plan-v1.json")
-    ids = [d for g in groups for d in g]
-    devices = tuple(Device(i, "cpu", emulated_slowdown=(slowdown or {}).get(i, 1.0), node=(nodes or {}).get(i, 0))
-                    for i in ids)
-    p = replace(base, protocol=protocol, layout="one-per-core", groups=tuple(tuple(g) for g in groups),
-                devices=devices, batch_size={i: batch for i in ids},
-                lr=lr, momentum=momentum, target_accuracy=target, workload=workload,
-                implicit_momentum=1 - 1 / len(groups), **extra)
+    spec = make_spec(protocol, groups, **kw)
+    p = replace(plan_mod.load(DATA / "plan-v1.json"), spec=spec, layout="one-per-core",
+                implicit_momentum=spec.variant.implicit_momentum())
     plan_mod.save(p, path)
     return path

@@ -1,6 +1,6 @@
 import pytest
 
-from omnitune.runtime.balance import apportion, step_time_line
+from omnitune.balance import apportion, step_time_line
 
 
 def test_apportion_keeps_the_total_and_at_least_one_each():
@@ -18,7 +18,7 @@ def test_step_time_line():
 
 
 def test_equal_time_batches_even_out_step_times():
-    from omnitune.runtime.balance import equal_time_batches
+    from omnitune.balance import equal_time_batches
     alpha, beta = [1e-3, 3e-3], [1e-4, 3e-4]          # the second device is 3× slower throughout
     b = equal_time_batches(alpha, beta, 64)
     assert sum(b) == 64 and b[0] > b[1]

@@ -9,14 +9,13 @@ from omnitune import plan as plan_mod
 from omnitune.cluster import Device, local_cluster
 from omnitune.runtime.context import backend, buffer_device
 from omnitune.runtime.topology import roles
-from tests.conftest import DATA
+from tests.conftest import DATA, make_spec
+
+GPUS_AND_CPU = (Device("cuda0", "cuda", cuda_index=0), Device("cuda1", "cuda", cuda_index=1), Device("cpu0", "cpu"))
 
 
 def mixed_plan(protocol="groups", groups=(("cuda0", "cuda1"), ("cpu0",))):
-    base = plan_mod.load(DATA / "plan-v1.json")
-    devices = (Device("cuda0", "cuda", cuda_index=0), Device("cuda1", "cuda", cuda_index=1), Device("cpu0", "cpu"))
-    return replace(base, protocol=protocol, devices=devices, groups=groups,
-                   batch_size={d.id: 16 for d in devices})
+    return make_spec(protocol, groups, batch=16, devices=GPUS_AND_CPU)
 
 
 def test_cuda_devices_join_profiles_and_layouts():
@@ -35,7 +34,7 @@ def test_nccl_inside_gpu_groups_and_gloo_elsewhere():
     assert buffer_device(plan, cpu_worker, torch.device("cpu")).type == "cpu"
     mixed = mixed_plan("sync", (("cuda0", "cuda1", "cpu0"),))
     assert buffer_device(mixed, roles(mixed)[0], torch.device("cuda", 0)).type == "cpu"
-    assert backend(plan_mod.load(DATA / "plan-v1.json")) == "gloo"
+    assert backend(plan_mod.load(DATA / "plan-v1.json").spec) == "gloo"
 
 
 @pytest.mark.gpu
@@ -44,11 +43,26 @@ def test_a_real_run_on_a_gpu(tmp_path):
     from omnitune.runtime import job
     base = plan_mod.load(DATA / "plan-v1.json")
     gpu = Device("cuda0", "cuda", cuda_index=0)
-    plan = replace(base, protocol="sync", devices=(gpu,), groups=(("cuda0",),), batch_size={"cuda0": 32},
-                   target_accuracy=0.9)
+    plan = replace(base, spec=make_spec("sync", [["cuda0"]], devices=(gpu,), target=0.9))
     plan_mod.save(plan, tmp_path / "plan.json")
     s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), max_time_s=60)
     assert s.reached_target
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("protocol, groups", [
+    ("sync", [["cuda0", "cpu0"]]), ("groups", [["cuda0"], ["cpu0"]]), ("softsync", [["cuda0"], ["cpu0"]]),
+    ("hpsgd", [["cuda0", "cpu0"]]), ("gossip", [["cuda0", "cpu0"]]),
+])
+def test_every_protocol_runs_with_a_gpu_beside_a_cpu(tmp_path, protocol, groups):
+    """Weights, gradients and BatchNorm statistics cross between a GPU and a CPU process (gloo
+    for mixed groups), and the run reaches its target with statistics that moved."""
+    from omnitune.runtime import job
+    devices = (Device("cuda0", "cuda", cuda_index=0), Device("cpu0", "cpu"))
+    spec = make_spec(protocol, groups, devices=devices, workload="bncnn-digits", momentum=0.5, target=0.9)
+    s = job.run_spec(spec, str(tmp_path / "run"), max_time_s=60)
+    assert s.reached_target and s.final_accuracy >= 0.85, s
 
 
 def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monkeypatch):
@@ -63,14 +77,14 @@ def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monke
                     "    cpu_workers: []\n    gpus: [0, 1]\nrendezvous: 127.0.0.1:29500\n")
     cluster = load_cluster(spec)
     base = plan_mod.load(DATA / "plan-v1.json")
-    plan = replace(base, protocol="groups", devices=cluster.devices, groups=(("n1-cuda0", "n1-cuda1"), ("n0-cpu0",)),
-                   batch_size={d.id: 16 for d in cluster.devices}, rendezvous=cluster.rendezvous)
-    plan_mod.save(plan, tmp_path / "plan.json")
-    node0, node1 = nodes(plan)
-    rs = roles(plan)
+    spec = make_spec("groups", (("n1-cuda0", "n1-cuda1"), ("n0-cpu0",)), batch=16, devices=cluster.devices,
+                     rendezvous=cluster.rendezvous)
+    plan_mod.save(replace(base, spec=spec), tmp_path / "plan.json")
+    node0, node1 = nodes(spec)
+    rs = roles(spec)
     assert [rs[r].kind for r in node0.ranks] == ["server", "worker"] and rs[node0.ranks[1]].device.id == "n0-cpu0"
     assert [rs[r].device.cuda_index for r in node1.ranks] == [0, 1]
-    assert buffer_device(plan, rs[node1.ranks[0]], torch.device("cuda", 0)).type == "cuda"
+    assert buffer_device(spec, rs[node1.ranks[0]], torch.device("cuda", 0)).type == "cuda"
     calls = []
     monkeypatch.setattr("omnitune.runtime.launch.launch", lambda entry, args, nprocs, log_dir, **kw:
                         calls.append((nprocs, kw["nodes"], kw["is_host"])))

@@ -32,6 +32,7 @@ LOADERS = {
     "profile": (profile.load, DATA / "profile-v1.json"),
     "profile-calibrated": (profile.load, DATA / "profile-v1-calibrated.json"),
     "plan": (plan.load, DATA / "plan-v1.json"),
+    "plan-v2": (plan.load, DATA / "plan-v2.json"),
 }
 
 
@@ -63,7 +64,7 @@ def _numbers(obj, field=""):
 
 
 COUNTS = {"batch_size", "max_batch", "groups", "group_size", "threads", "cpu_count", "bytes", "model_params",
-          "model_bytes"}
+          "model_bytes", "g", "learners", "n", "every"}
 
 
 def _is_time(name: str) -> bool:
@@ -75,7 +76,7 @@ def assert_sane(obj) -> None:
     """Every number finite; ints within int64; counts at least 1; times and rates positive;
     a profile's calibrations name layouts of its cluster (else PerfModel.from_profile crashes).
 
-    A plan's predicted times may be 0 (calibration plans carry Prediction(0, 0, 0)); measured ones may not.
+    A plan's predicted times may be 0; measured ones may not.
     """
     for field, value in _numbers(obj):
         name = field.split(".")[-1]
@@ -189,7 +190,7 @@ def _confusions(old) -> list:
     return out
 
 
-LITERALS = {"cpu", "cuda", "sync", "groups"}          # values of Literal fields, kept as they are
+LITERALS = {"cpu", "cuda", "sync", "groups", "softsync"}   # values of Literal fields and tags, kept as they are
 
 
 def _rename_strings(value, suffix: str, names: set[str]):
@@ -304,7 +305,7 @@ def assert_round_trip(obj) -> None:
         assert [p.name for p in Path(tmp).iterdir()] == ["saved.json"]
 
 
-@pytest.mark.parametrize("name", ["profile", "profile-calibrated", "plan"])
+@pytest.mark.parametrize("name", ["profile", "profile-calibrated", "plan", "plan-v2"])
 def test_round_trip(name):
     loader, path = LOADERS[name]
     assert_round_trip(loader(path))

@@ -4,6 +4,7 @@ import pytest
 
 from omnitune import optimizer
 from omnitune.errors import UserError
+from omnitune.protocols import Groups, Sync
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
 
@@ -24,17 +25,12 @@ class FakeProber:
 def test_enumeration_respects_pins_and_the_momentum_rule(sample_profile):
     space = optimizer.Space(protocols=("groups",), batch_sizes=(16,), lrs=(0.05,))
     configs = optimizer.enumerate_configs(sample_profile, space)
-    assert configs and all(c.protocol == "groups" and c.g >= 2 and c.batch == 16 for c in configs)
+    assert configs and all(isinstance(c.variant, Groups) and c.g >= 2 and c.batch == 16 for c in configs)
     # The rule's momentum first, then Omnivore's grid.
     assert configs[0].momentum == pytest.approx(0.9 - (1 - 1 / configs[0].g))
     assert {c.momentum for c in configs} >= set(optimizer.OMNIVORE_MOMENTA)
     synced = optimizer.enumerate_configs(sample_profile, optimizer.Space(protocols=("sync",), momentum=0.5))
     assert all(c.g == 1 and c.momentum == 0.5 for c in synced)
-
-
-def test_groups_split_devices_evenly():
-    assert optimizer.split(("a", "b", "c", "d"), 2) == (("a", "b"), ("c", "d"))
-    assert optimizer.split(("a", "b", "c", "d"), 4) == (("a",), ("b",), ("c",), ("d",))
 
 
 def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
@@ -65,7 +61,8 @@ def test_plan_from_search_is_valid(sample_profile):
     plan = optimizer.build_plan(scored, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.prediction.time_to_target_s == pytest.approx(scored[0].time_to_target_s)
     assert len(plan.candidates) == len(scored)
-    assert plan.implicit_momentum == pytest.approx(1 - 1 / len(plan.groups))
+    assert plan.implicit_momentum == pytest.approx(plan.spec.variant.implicit_momentum())
+    assert plan.spec.target_accuracy == 0.9 and plan.schema_version == 2
 
 
 def test_same_seed_same_plan_with_real_probes(sample_profile, digits):
@@ -162,10 +159,10 @@ def test_lagging_probes_are_pruned(sample_profile):
 
 def test_every_protocol_is_a_candidate_with_its_emulation(sample_profile):
     configs = optimizer.enumerate_configs(sample_profile, optimizer.Space(batch_sizes=(16,), lrs=(0.05,)))
-    by = {(c.protocol, c.softsync_n, c.gossip_every) for c in configs if c.layout == "one-per-core"}
-    assert {("sync", 1, 1), ("groups", 1, 1), ("softsync", 1, 1), ("softsync", 2, 1), ("hpsgd", 1, 1),
-            ("gossip", 1, 1), ("gossip", 1, 4)} <= by
-    probe = {c.detail or c.protocol: c.probe_config() for c in configs if c.layout == "one-per-core"}
+    by = {c.variant.label for c in configs if c.layout == "one-per-core"}
+    assert {"sync", "groups", "softsync (n=1)", "softsync (n=2)", "hpsgd", "gossip (every=1)",
+            "gossip (every=4)"} <= by
+    probe = {c.variant.detail or c.variant.protocol: c.probe_config() for c in configs if c.layout == "one-per-core"}
     assert probe["n=1"].groups == 1 and probe["n=1"].batch == 32        # waits for both learners
     assert probe["n=2"].groups == 2 and probe["n=2"].scale_by_staleness  # asynchronous, lr / staleness
     assert probe["every=4"].groups == 5
@@ -177,6 +174,6 @@ def test_balanced_batches_favour_the_faster_device(sample_profile):
     perf = PerfModel.from_profile(sample_profile)
     slow = ComputeModel(perf.compute["cpu1"].batches, perf.compute["cpu1"].seconds * 3)
     perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
-    c = optimizer.Config("one-per-core", "sync", (("cpu0", "cpu1"),), 32, 0.05, 0.9, balanced=True)
+    c = optimizer.Config("one-per-core", Sync(balanced=True), (("cpu0", "cpu1"),), 32, 0.05, 0.9)
     b = optimizer.device_batches(perf, c)
     assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64

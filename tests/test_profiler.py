@@ -1,12 +1,6 @@
 from omnitune import profiler
-from omnitune.profiler import Settings, StepTimer, batch_sizes, measure_steps
+from omnitune.cluster import local_cluster
 from omnitune.runtime.profile_worker import message_sizes
-
-
-def test_batch_sizes():
-    assert batch_sizes(1) == [1]
-    assert batch_sizes(16) == [1, 2, 4, 8, 16]
-    assert batch_sizes(48) == [1, 2, 4, 8, 16, 32, 48]
 
 
 def test_message_sizes_span_latency_and_bandwidth():
@@ -15,22 +9,17 @@ def test_message_sizes_span_latency_and_bandwidth():
     assert all(s % 4 == 0 for s in sizes)
 
 
-def test_measure_steps_stops_at_the_time_cap(digits):
-    import torch
-    wl, train, _ = digits
-    timer = StepTimer(wl, train, torch.device("cpu"))
-    steps = measure_steps(timer, Settings(max_batch=32, max_step_s=1e-9, repeats=1, warmup=0))
-    assert [s.batch_size for s in steps] == [1]          # the first step already exceeded the cap
-    steps = measure_steps(timer, Settings.make(quick=True, max_batch=16))
-    assert [s.batch_size for s in steps] == [1, 2, 4, 8, 16]
-    assert all(s.sec_per_step > 0 and s.samples_per_s == s.batch_size / s.sec_per_step for s in steps)
-
-
-def test_quick_settings_are_lighter():
-    assert Settings.make(True).repeats < Settings.make(False).repeats
-    assert Settings.make(False, max_batch=128).max_batch == 128
-
-
 def test_host_facts():
     facts = profiler.host_facts()
     assert facts.cpu_count >= 1 and facts.torch
+
+
+def test_calibration_runs_every_variant_the_planner_may_choose():
+    cluster = local_cluster(cpu_count=4, cuda_count=0)
+    specs = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (8, 32))
+    keys = {(s.variant.key, len(s.groups)) for s in specs}
+    assert keys == {("sync", 1), ("groups", 2), ("groups", 4), ("softsync/n=1", 4), ("softsync/n=2", 4),
+                    ("softsync/n=4", 4), ("hpsgd", 1), ("gossip/every=1", 1), ("gossip/every=4", 1)}
+    assert all(s.target_accuracy is None for s in specs)         # they train for their time
+    server_only = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (8,), server_only=True)
+    assert server_only and all(s.variant.has_server for s in server_only)

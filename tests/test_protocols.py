@@ -1,49 +1,96 @@
-"""Each protocol's defining behaviour, in real runs over gloo on digits."""
+"""The protocol module: each variant's rules, in one place (pure)."""
+
+import dataclasses
 
 import pytest
 
-from omnitune.runtime import job
-from tests.conftest import make_plan
-
-pytestmark = pytest.mark.slow
+from omnitune import protocols
+from omnitune.protocols import Costs, Gossip, Groups, HPSGD, SoftSync, Sync
 
 
-def run(tmp_path, protocol, groups, **kw):
-    plan = make_plan(tmp_path / "plan.json", protocol, groups, **kw)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
-    assert s.reached_target and s.final_accuracy >= 0.9, s
-    return s
+def test_every_protocol_is_listed_once_in_the_planners_order():
+    assert protocols.NAMES == ("sync", "groups", "softsync", "hpsgd", "gossip")
+    assert [k.protocol for k in protocols.Variant.kinds().values()] == list(protocols.NAMES)
 
 
-def test_softsync_updates_after_learners_over_n_gradients(tmp_path):
-    s = run(tmp_path / "n1", "softsync", [["cpu0"], ["cpu1"]], momentum=0.5, softsync_n=1)
-    assert s.protocol_stats["gradients_per_update"] == 2          # n = 1: wait for both learners
-    assert sum(s.updates_per_group) == 2 * s.iterations and s.mean_staleness == 0
-    s = run(tmp_path / "n2", "softsync", [["cpu0"], ["cpu1"]], momentum=0.5, softsync_n=2)
-    assert s.protocol_stats["gradients_per_update"] == 1          # n = learners: asynchronous
-    assert s.mean_staleness > 0.3
-    # Each gradient's step is divided by its staleness (at least 1): the mean scale is below 1
-    # exactly when some gradient was more than one update old.
-    assert 0 < s.protocol_stats["mean_lr_scale"] <= 1
+def test_the_variants_n_devices_admit():
+    labels = [(v.label, v.groups) for v in protocols.admitted(4)]
+    assert labels == [("sync", 1), ("groups", 2), ("groups", 4), ("softsync (n=1)", 4), ("softsync (n=2)", 4),
+                      ("softsync (n=4)", 4), ("hpsgd", 1), ("gossip (every=1)", 1), ("gossip (every=4)", 1)]
+    assert [v.label for v in protocols.admitted(1)] == ["sync"]       # nothing to be asynchronous with
+    # Unequal speeds: balanced batches where a group holds several devices, never for one-device groups.
+    balanced = [v.label for v in protocols.admitted(4, heterogeneous=True) if v.balanced]
+    assert balanced == ["sync (balanced)", "groups (balanced)", "hpsgd (balanced)", "gossip (every=1, balanced)",
+                        "gossip (every=4, balanced)"]
+    assert [v.label for v in protocols.admitted(4, ("groups",))] == ["groups", "groups"]
 
 
-def test_gossip_exchanges_only_between_pairs(tmp_path):
-    s = run(tmp_path, "gossip", [["cpu0", "cpu1", "cpu2"]], momentum=0.5, gossip_every=2)
-    stats = s.protocol_stats
-    # Three workers: each round one pair talks and one worker sits out, so the coordinator
-    # exchanges in at most every round, each time with a single peer.
-    assert 0 < stats["exchanges"] <= stats["rounds"] and stats["peers"] <= 2
-    assert s.processes == 3 and 0 <= stats["disagreement"] < 0.5
+@pytest.mark.parametrize("variant, sizes, needle", [
+    (Sync(), (1, 1), "takes 1 group"),
+    (HPSGD(), (2, 2), "takes 1 group"),
+    (Groups(g=2), (2,), "takes 2 group"),
+    (SoftSync(learners=2), (2,), "takes 2 group"),
+    (SoftSync(learners=2), (2, 1), "one device per group"),
+])
+def test_validation_names_what_is_wrong(variant, sizes, needle):
+    with pytest.raises(ValueError, match=needle):
+        variant.validate(sizes)
 
 
-def test_batches_follow_throughput(tmp_path):
-    s = run(tmp_path, "sync", [["cpu0", "cpu1"]], slowdown={"cpu1": 3.0}, rebalance=True, target=0.9)
-    fast, slow = s.protocol_stats["batch_rank0"], s.protocol_stats["batch_rank1"]
-    assert slow < fast and fast + slow == pytest.approx(64, abs=2)
+@pytest.mark.parametrize("make, needle", [
+    (lambda: SoftSync(learners=2, n=3), "n must be in 1..2"),
+    (lambda: Groups(g=0), "g must be at least 1"),
+    (lambda: Gossip(every=0), "every must be at least 1"),
+])
+def test_bad_parameters_are_refused(make, needle):
+    with pytest.raises(ValueError, match=needle):
+        make()
 
 
-def test_hpsgd_overlaps_communication_with_compute(tmp_path):
-    s = run(tmp_path, "hpsgd", [["cpu0", "cpu1"]], momentum=0.5)
-    # Some all-reduces finished while the next forward/backward ran: they were in flight together.
-    assert s.protocol_stats["overlapped_fraction"] > 0
-    assert s.mean_staleness == 1 and s.processes == 2
+def test_server_and_gradients_per_update():
+    assert [v.has_server for v in (Sync(), Groups(), SoftSync(), HPSGD(), Gossip())] == [False, True, True, False, False]
+    assert [SoftSync(learners=5, n=n).gradients_per_update for n in (1, 2, 5)] == [5, 3, 1]
+    assert Groups(g=4).gradients_per_update == 1 and not Groups().scales_lr_by_staleness
+    assert SoftSync().scales_lr_by_staleness and not SoftSync(scale_lr_by_staleness=False).scales_lr_by_staleness
+
+
+def test_hardware_equations():
+    c = Costs(group_steps=(1.0, 2.0), compute=0.5, allreduce=0.8, round_trip=0.4, server_service=0.1)
+    assert Sync().sec_per_update(c) == 1.0
+    assert Groups(g=2).sec_per_update(c) == pytest.approx(1 / (1 / 1.0 + 1 / 2.0))   # both groups send
+    assert Groups(g=2).sec_per_update(dataclasses.replace(c, server_service=5.0)) == 5.0   # saturated server
+    assert SoftSync(learners=2, n=1).sec_per_update(c) == 2.0                        # waits for the slowest
+    assert SoftSync(learners=2, n=2).sec_per_update(c) == Groups(g=2).sec_per_update(c)
+    assert HPSGD().sec_per_update(c) == 0.8                                          # max(compute, all-reduce)
+    assert Gossip(every=4).sec_per_update(c) == pytest.approx(0.5 + 0.4 / 4)
+
+
+def test_emulation_and_implicit_momentum():
+    assert Sync().emulation(32, 0.1, 0.9).groups == 1
+    assert Groups(g=4).emulation(32, 0.1, 0.5).groups == 4 and Groups(g=4).implicit_momentum() == 0.75
+    soft = SoftSync(learners=4, n=2).emulation(16, 0.1, 0.5)
+    assert (soft.batch, soft.groups, soft.scale_by_staleness) == (32, 2, True)        # 2 gradients per update
+    assert Groups(g=4).implicit_momentum({4: 0.6}) == 0.6                              # measured wins
+    # Asynchrony never lowers implicit momentum.
+    ladder = [Groups(g=g).implicit_momentum() for g in (1, 2, 4, 8, 16)]
+    assert ladder == sorted(ladder)
+
+
+def test_less_asynchrony_ends_where_none_is_left():
+    chain, v = [], Groups(g=12, balanced=True)
+    while v is not None:
+        chain.append(v)
+        v = v.less_asynchronous(12)
+    assert [x.groups for x in chain] == [12, 6, 4, 3, 2, 1] and isinstance(chain[-1], Sync)
+    assert all(x.balanced for x in chain)
+    assert SoftSync(learners=4, n=4).less_asynchronous(4) == SoftSync(learners=4, n=2)
+    assert SoftSync(learners=4, n=1).less_asynchronous(4) is None
+    assert HPSGD().less_asynchronous(2) == Sync() and Sync().less_asynchronous(2) is None
+
+
+def test_keys_and_v1_fields_name_the_same_variants():
+    for v in protocols.admitted(4):
+        assert protocols.from_key(v.key, v.groups) == v
+        assert protocols.from_detail(v.protocol, v.groups, v.detail) == v
+    with pytest.raises(ValueError, match="protocol: must be one of"):
+        protocols.from_fields("magic", 1)

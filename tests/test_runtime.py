@@ -29,7 +29,7 @@ def test_sync_run_reaches_target(tmp_path):
     s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
     assert s.reached_target and s.final_accuracy >= 0.9
     assert s.processes == 2 and s.updates_per_group == (s.iterations,)
-    assert s.mean_staleness == 0 and 0 < s.time_to_target_s <= s.wall_s
+    assert s.staleness == (s.iterations,) and 0 < s.time_to_target_s <= s.wall_s
     check_run_dir(tmp_path / "run", s)
 
 
@@ -38,9 +38,10 @@ def test_groups_run_reaches_target_with_both_groups(tmp_path):
     s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
     assert s.reached_target and s.processes == 3
     assert len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
-    assert sum(s.updates_per_group) == s.iterations
-    # Two groups at one server: each gradient is about one update old (g - 1).
-    assert 0.3 < s.mean_staleness < 3
+    assert sum(s.updates_per_group) == s.iterations == sum(s.staleness)
+    # Two equal groups at one server take turns: a gradient is most often g - 1 = 1 update old,
+    # and 1 on average (a loaded machine breaks some turns: (40, 149, 31, 4) was measured).
+    assert max(range(len(s.staleness)), key=s.staleness.__getitem__) == 1 and 0.6 < s.mean_staleness < 1.4
     check_run_dir(tmp_path / "run", s)
 
 
@@ -72,15 +73,23 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path):
 
 
 def test_replan_during_a_real_run(tmp_path):
-    plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], lr=0.05, momentum=0.4, target=0.985)
+    """Softsync with four learners: the re-tuning probes emulate it, and its fall-back keeps one
+    learner per group (it once split them into groups of two and crashed)."""
+    from functools import partial
+
+    from omnitune.probe import retune
+
+    learners = [["cpu0"], ["cpu1"], ["cpu2"], ["cpu3"]]
+    plan = make_plan(tmp_path / "plan.json", "softsync", learners, softsync_n=4, lr=0.05, momentum=0.4, target=0.985)
     run_dir = tmp_path / "run"
-    s = job.run(str(plan), str(run_dir), max_time_s=1.5, replan_every_s=0.5, replan_probe_iters=15)
+    s = job.run(str(plan), str(run_dir), max_time_s=1.0, replan_every_s=0.5, replan=partial(retune, iters=15))
     records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
     assert s.replans == len(records) >= 1 and s.replan_s > 0
     for r in records:
         assert {"before", "after", "scores", "iteration", "train_s"} <= set(r)
         best = min(r["scores"], key=lambda x: x["loss"])
-        assert r["after"]["lr"] == best["lr"]
+        assert r["after"]["lr"] == best["lr"] and r["after"]["groups"] == 4
+        assert r["after"]["protocol"].startswith("softsync")
     assert json.loads((run_dir / "summary.json").read_text())["replans"] == s.replans
 
 
@@ -106,3 +115,37 @@ def test_the_server_notices_a_leader_gone_silent():
     now[0] = 16
     with pytest.raises(RuntimeError, match=r"timed out: rank\(s\) \[1\] sent nothing for 10 s"):
         live.heard_from(2)
+
+
+def twelve_worker_profile(sample, tmp_path):
+    """The sample profile's cpu0 measurements for each of 12 one-thread workers of a cluster spec."""
+    import dataclasses
+
+    from omnitune.cluster import load_cluster
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [" + ", ".join(["1"] * 12) + "]\n")
+    cluster = load_cluster(spec)
+    cpu0 = sample.device("cpu0")
+    devices = tuple(dataclasses.replace(cpu0, device_id=d.id) for d in cluster.devices)
+    return dataclasses.replace(sample, cluster=cluster, devices=devices, calibration=())
+
+
+def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_profile):
+    """12 groups: the rule 0.9 - (1 - 1/12) gives a negative explicit momentum, which torch's SGD
+    refuses. The plan `plan` writes must be one `run` takes."""
+    from omnitune import optimizer, plan as plan_mod
+    from omnitune.statmodel import ProbeResult
+
+    def prober(cfg, max_iters, on_eval=None):          # every setting alike: the rule's momentum wins
+        return ProbeResult(cfg, 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
+
+    prof = twelve_worker_profile(sample_profile, tmp_path)
+    space = optimizer.Space(protocols=("groups",), groups=(12,), batch_sizes=(16,), lrs=(0.05,))
+    scored = optimizer.search(prof, space, prober)
+    plan = optimizer.build_plan(scored, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")
+    assert len(plan.spec.groups) == 12 and plan.spec.momentum < 0
+    assert plan.spec.momentum == pytest.approx(0.9 - (1 - 1 / 12), abs=1e-4)
+    plan_mod.save(plan, tmp_path / "plan.json")
+    s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), max_time_s=60)
+    assert s.reached_target and s.processes == 13 and min(s.updates_per_group) > 0

@@ -1,16 +1,12 @@
 from dataclasses import replace
 
-from omnitune import plan as plan_mod
-from omnitune.cluster import Device
 from omnitune.runtime.topology import Node, group_ranks, nodes, roles
-from tests.conftest import DATA
+from tests.conftest import make_spec
 
 
 def make(protocol, groups):
-    base = plan_mod.load(DATA / "plan-v1.json")
-    devices = tuple(Device(f"cpu{i}", "cpu") for i in range(4))
-    return replace(base, protocol=protocol, devices=devices, groups=groups,
-                   batch_size={d.id: 8 + i for i, d in enumerate(devices)})
+    spec = make_spec(protocol, groups)
+    return replace(spec, batch_size={d: 8 + i for i, d in enumerate(spec.device_ids)})
 
 
 def test_sync_has_no_server():

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from omnitune.errors import UserError
 from omnitune.files import atomic_write_bytes
+from omnitune.runtime.optim import HeavyBall
 
 
 FILE = "checkpoint.pt"     # in the run dir, on the coordinator's host
@@ -69,9 +70,9 @@ def load(data: bytes | None, model: torch.nn.Module, name: str) -> Start:
     return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"])
 
 
-def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start) -> torch.optim.SGD:
-    """SGD with the plan's learning rate and momentum, keeping a checkpoint's momentum buffers."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start) -> HeavyBall:
+    """SGD with the run's learning rate and momentum, keeping a checkpoint's momentum buffers."""
+    opt = HeavyBall(model.parameters(), lr=lr, momentum=momentum)
     if start.optimizer is not None:
         opt.load_state_dict(start.optimizer)
         for group in opt.param_groups:          # a re-plan may have changed them

@@ -1,4 +1,6 @@
-"""What one process of a run knows: its role, its device, the workload and the run's limits."""
+"""What one process of a run knows (its role, its device, the workload, the run's limits), and
+the pieces every protocol's training loop shares: a step's gradient, the coordinator's monitor,
+and the summary it writes at the end."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,8 +16,12 @@ import torch
 
 from omnitune import env
 from omnitune.cluster import Device
-from omnitune.plan import Plan
+from omnitune.files import append_jsonl, to_dict
+from omnitune.runspec import RunSpec
+from omnitune.runtime import checkpoint
 from omnitune.runtime.checkpoint import Start
+from omnitune.runtime.monitor import Monitor
+from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
 from omnitune.runtime.topology import Role
 from omnitune.workload import Workload
 
@@ -25,11 +32,14 @@ FAULT_MARK = "omnitune fault hook:"      # in the broken rank's stderr log
 @dataclass(frozen=True)
 class JobArgs:
     """The arguments every process of a run receives (they must pickle)."""
-    plan_path: str
+    spec: RunSpec
     run_dir: str
     max_time_s: float
     eval_every_s: float
     timeout_s: float
+    plan_path: str = ""                # the plan the spec came from, named in the summary
+    predicted_sec_per_iter: float = 0.0
+    predicted_time_to_target_s: float | None = None
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
@@ -42,7 +52,6 @@ class JobArgs:
 @dataclass
 class Context:
     job: JobArgs
-    plan: Plan
     role: Role
     device: torch.device
     workload: Workload
@@ -54,11 +63,20 @@ class Context:
     step_times: list = field(default_factory=list)   # seconds of each local compute step
     batch_times: dict = field(default_factory=dict)  # mean step seconds at each batch size run
     steps: int = 0                                   # local steps (or server updates) in this attempt
+    staleness: Counter = field(default_factory=Counter)   # measured, per update (RunSummary.staleness)
     fault: tuple | None = None        # the testing fault hook (env.fault): (action, rank, iteration)
 
     def __post_init__(self):
         if self.job.attempt == 0:        # the hook breaks the first attempt only
             self.fault = env.fault()
+
+    @property
+    def spec(self) -> RunSpec:
+        return self.job.spec
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.job.run_dir)
 
     def tick(self) -> None:
         """Count a step; the testing fault hook fires here."""
@@ -71,9 +89,76 @@ class Context:
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(1e9)
 
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.job.run_dir)
+    def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss."""
+        started = time.perf_counter()
+        self.model.zero_grad(set_to_none=False)
+        loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
+        loss.backward()
+        value = float(loss.detach())
+        emulate_slowdown(self.role.device, started)
+        self.step_times.append(time.perf_counter() - started)
+        self.tick()
+        return value
+
+    def new_monitor(self, opt: torch.optim.Optimizer, model: torch.nn.Module | None = None) -> Monitor:
+        """The coordinator's monitor; it checkpoints `model` (default: this process's) with `opt`
+        every `checkpoint_every_s`."""
+        job, target = self.job, self.spec.target_accuracy
+        monitor = Monitor(self.workload, self.test, float("inf") if target is None else target,
+                          min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
+                          checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt)
+        monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
+        if job.attempt > 0:
+            append_jsonl(self.run_dir / "restarts.jsonl", {"attempt": job.attempt, "time": round(time.time(), 3),
+                                                           "iteration": self.start.iteration,
+                                                           "train_s": self.start.train_s})
+        if job.checkpoint_every_s < float("inf"):
+            path, saved = self.run_dir / checkpoint.FILE, model or self.model
+            monitor.saver = lambda it, train_s: checkpoint.save(path, saved, opt, it, train_s)
+        return monitor
+
+    def finish(self, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
+               stats: dict[str, float] | None = None) -> dict:
+        """Evaluate the final model (unless that was the last evaluation's), then write the
+        checkpoint and summary.json (the coordinator's job): final_accuracy is the checkpoint's."""
+        if monitor.evaluated_at != iterations:
+            monitor.evaluate(self.model, iterations)
+        wall = monitor.elapsed()
+        checkpoint.save(self.run_dir / checkpoint.FILE, self.model, opt, iterations, wall - monitor.eval_s)
+        job, counts = self.job, histogram(self.staleness)
+        summary = RunSummary(
+            schema_version=SCHEMA_VERSION,
+            reached_target=monitor.time_to_target_s is not None,
+            time_to_target_s=monitor.time_to_target_s,
+            wall_to_target_s=monitor.wall_to_target_s,
+            iterations=iterations,
+            final_accuracy=monitor.final_accuracy,
+            target_accuracy=self.spec.target_accuracy,
+            predicted_time_to_target_s=job.predicted_time_to_target_s,
+            predicted_sec_per_iter=job.predicted_sec_per_iter,
+            measured_sec_per_iter=(wall - monitor.eval_s - self.start.train_s)
+            / max(iterations - self.start.iteration, 1),
+            wall_s=wall,
+            eval_s=monitor.eval_s,
+            plan=job.plan_path,
+            protocol=self.spec.variant.protocol,
+            processes=self.spec.processes,
+            updates_per_group=tuple(updates_per_group),
+            mean_staleness=sum(t * n for t, n in enumerate(counts)) / max(sum(counts), 1),
+            evaluations=monitor.evaluations,
+            protocol_stats=dict(stats or {}),
+            restarts=job.attempt,
+            checkpoints=monitor.checkpoints,
+            staleness=counts,
+        )
+        save_summary(summary, self.run_dir / "summary.json")
+        return to_dict(summary)
+
+
+def histogram(counts: Counter) -> tuple[int, ...]:
+    """counts[t] for t = 0 .. the largest seen."""
+    return tuple(counts.get(t, 0) for t in range(max(counts, default=-1) + 1))
 
 
 def torch_device(device: Device | None) -> torch.device:
@@ -93,15 +178,15 @@ def emulate_slowdown(device: Device | None, started: float) -> None:
         time.sleep((device.emulated_slowdown - 1.0) * elapsed)
 
 
-def backend(plan: Plan) -> str:
+def backend(spec: RunSpec) -> str:
     """gloo for CPU tensors and point-to-point; NCCL for collectives on CUDA tensors."""
-    if any(d.kind == "cuda" for d in plan.devices):
+    if any(d.kind == "cuda" for d in spec.devices):
         return "cpu:gloo,cuda:nccl"
     return "gloo"
 
 
-def buffer_device(plan: Plan, role: Role, device: torch.device) -> torch.device:
+def buffer_device(spec: RunSpec, role: Role, device: torch.device) -> torch.device:
     """All-reduce buffers live on the GPU only when every member of the group is a GPU."""
-    members = plan.groups[role.group] if role.group >= 0 else ()
-    on_gpu = members and all(next(d for d in plan.devices if d.id == m).kind == "cuda" for m in members)
+    members = spec.groups[role.group] if role.group >= 0 else ()
+    on_gpu = members and all(spec.device(m).kind == "cuda" for m in members)
     return device if on_gpu else torch.device("cpu")

@@ -13,6 +13,7 @@ read the keys of a dead one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import uuid
@@ -129,6 +130,8 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
 
     kwargs = launch_config_kwargs(nprocs, log_dir, **kw)
+    if "shutdown_timeout" not in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        kwargs.pop("shutdown_timeout")          # older torch (2.11 has none): the agent waits its own 30 s
     log_dir = Path(kwargs.pop("log_dir"))
     log_dir.mkdir(parents=True, exist_ok=True)
     config = LaunchConfig(logs_specs=DefaultLogsSpecs(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.ERR), **kwargs)

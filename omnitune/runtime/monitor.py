@@ -34,6 +34,7 @@ class Monitor:
     wall_to_target_s: float | None = None
     final_accuracy: float = 0.0
     evaluations: int = 0
+    evaluated_at: int = -1                    # the iteration of the last evaluation
     eval_s: float = 0.0              # wall time spent evaluating
     losses: list = field(default_factory=list)
     checkpoint_every_s: float = float("inf")
@@ -49,7 +50,9 @@ class Monitor:
         self.losses.append(loss)
 
     def due(self) -> bool:
-        return self.elapsed() >= self.next_eval
+        """Whether the next `check` evaluates or checkpoints the model."""
+        now = self.elapsed()
+        return now >= self.next_eval or (self.saver is not None and now >= self.next_checkpoint)
 
     def check(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> bool:
         """Evaluate if due; return True when the run should stop (target reached or out of time)."""
@@ -72,6 +75,7 @@ class Monitor:
         self.losses.clear()
         self.final_accuracy = accuracy
         self.evaluations += 1
+        self.evaluated_at = iteration
         if accuracy >= self.target and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,

@@ -1,16 +1,19 @@
 """Protocols without a parameter server: hpsgd (overlapped synchronisation) and gossip.
 
+Both move a model's state: its parameters and its BatchNorm statistics (runtime/flat.py).
+
 hpsgd (hierarchical parallel SGD): every worker trains a replica L of the global model G. Each
 iteration it commits its local SGD step to L, then waits for the all-reduce of the previous
 iteration's change (L − G), which ran in the background during this iteration's forward and
 backward pass; the average change is merged into G, and L becomes G plus the local progress
 made meanwhile. Communication overlaps computation; gradients are one step stale.
 
-gossip (Jin et al. 2016): no server and no global barrier. Every `gossip_every` iterations each
-worker averages its parameters with one peer, chosen by a random perfect matching that every
-worker derives from the seed and the round number (pull: each fetches the other's weights). The
-coordinator stops the job through the job's key-value store: it names a last round just beyond the
-round any worker has announced, and every worker stops there, so no one waits for a departed peer.
+gossip (Jin et al. 2016): no server and no global barrier. Every `every` iterations each worker
+averages its state with one peer, chosen by a random perfect matching that every worker derives
+from the seed and the round number (pull: each fetches the other's). The coordinator stops the
+job through the job's key-value store: it names a last round just beyond the round any worker
+has announced, and every worker stops there, so no one waits for a departed peer. Workers read
+the store only at round boundaries, so a stop takes up to three rounds of `every` steps.
 """
 
 from __future__ import annotations
@@ -24,52 +27,50 @@ import torch.distributed as dist
 
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
-from omnitune.runtime.flat import get_params, num_params, set_params
+from omnitune.runtime.flat import get_params, get_state, num_params, num_state, set_state
 from omnitune.workload import batches
 
 
 def train_hpsgd(ctx: Context, group) -> dict | None:
-    from omnitune.runtime.worker import compute_grads, new_monitor
-
-    plan, role, model = ctx.plan, ctx.role, ctx.model
-    P = num_params(model)
-    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    monitor = new_monitor(ctx, opt) if role.coordinator else None
-    shadow = copy.deepcopy(model) if monitor else None          # holds G for evaluation
-    G = get_params(model, torch.empty(P))
+    spec, role, model = ctx.spec, ctx.role, ctx.model
+    S = num_state(model)
+    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    shadow = copy.deepcopy(model) if role.coordinator else None    # holds G for evaluation and checkpoints
+    monitor = ctx.new_monitor(opt, shadow) if role.coordinator else None
+    G = get_state(model, torch.empty(S))
     sent_from = G.clone()                                       # L when the change in flight was taken
-    msg = torch.zeros(P + 3)                                    # [change (P) | loss | count | stop]
-    work, stop, iterations = None, 0.0, ctx.start.iteration
+    msg = torch.zeros(S + 3)                                    # [change (S) | loss | count | stop]
+    work, stop, iterations, sent_at = None, 0.0, ctx.start.iteration, 0
     overlapped = syncs = 0
     n = len(role.group_ranks)
-    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, len(plan.devices)):
-        loss = compute_grads(ctx, x, y)
+    for x, y in batches(ctx.train, role.batch_size, spec.seed + iterations, role.shard, len(spec.devices)):
+        loss = ctx.compute_grads(x, y)
         opt.step()                                              # committed to the replica L
         iterations += 1
-        L = get_params(model, torch.empty(P))
+        L = get_state(model, torch.empty(S))
         if work is not None:
             overlapped += int(work.is_completed())              # finished while we computed
             syncs += 1
             work.wait()
-            G += msg[:P] / n                                    # merge the average change
+            ctx.staleness[iterations - sent_at] += 1            # local steps since that change was taken
+            G += msg[:S] / n                                    # merge the average change
             L = G + (L - sent_from)                             # local progress, rebased on new G
-            set_params(model, L)
-            if msg[P + 2] > 0:
+            set_state(model, L)
+            if msg[S + 2] > 0:
                 break
             if monitor:
-                monitor.record_loss(float(msg[P]) / n)
+                monitor.record_loss(float(msg[S]) / n)
                 if monitor.due():
-                    set_params(shadow, G)
+                    set_state(shadow, G)
                 stop = float(monitor.check(shadow, iterations))
-        msg[:P] = L - G
-        msg[P], msg[P + 1], msg[P + 2] = loss, 1.0, stop
-        sent_from = L
+        msg[:S] = L - G
+        msg[S], msg[S + 1], msg[S + 2] = loss, 1.0, stop
+        sent_from, sent_at = L, iterations
         work = dist.all_reduce(msg, group=group, async_op=True)
     if monitor:
-        from omnitune.runtime.server import finish
-        set_params(model, G)
-        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=1.0,
-                      stats={"overlapped_fraction": overlapped / max(syncs, 1)})
+        set_state(model, G)
+        return ctx.finish(monitor, opt, iterations, [iterations],
+                          stats={"overlapped_fraction": overlapped / max(syncs, 1)})
     return None
 
 
@@ -105,21 +106,22 @@ _GOSSIP_JOBS = itertools.count()
 
 
 def train_gossip(ctx: Context, group) -> dict | None:
-    from omnitune.runtime.worker import compute_grads, new_monitor
-
-    plan, role, model = ctx.plan, ctx.role, ctx.model
-    P = num_params(model)
-    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    monitor = new_monitor(ctx, opt) if role.coordinator else None
-    me, n = role.shard, len(plan.devices)
+    spec, role, model = ctx.spec, ctx.role, ctx.model
+    every = spec.variant.every
+    S = num_state(model)
+    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    monitor = ctx.new_monitor(opt) if role.coordinator else None
+    me, n = role.shard, len(spec.devices)
     ranks = role.group_ranks
     # Every rank runs the same sequence of jobs (the profiler's calibration runs several in one
     # process group), so a per-process job count keeps each job's keys apart.
     board = StopBoard(ctx.store, me, n, f"gossip{next(_GOSSIP_JOBS)}")
-    mine, theirs = torch.empty(P), torch.empty(P)
+    board.announce(0)                      # so the coordinator can call a stop before the first round
+    mine, theirs = torch.empty(S), torch.empty(S)
     iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
-    for x, y in batches(ctx.train, role.batch_size, plan.seed + iterations, role.shard, n):
-        loss = compute_grads(ctx, x, y)
+    last_averaged = iterations
+    for x, y in batches(ctx.train, role.batch_size, spec.seed + iterations, role.shard, n):
+        loss = ctx.compute_grads(x, y)
         opt.step()
         iterations += 1
         if monitor:
@@ -127,33 +129,34 @@ def train_gossip(ctx: Context, group) -> dict | None:
             if not stopping and monitor.check(model, iterations):
                 board.call_stop()
                 stopping = True
-        if iterations % plan.gossip_every:
+        if iterations % every:
             continue
         board.announce(round_)
         if round_ >= board.last_round():
             break
-        partner = matching(round_, n, plan.seed)[me]
+        partner = matching(round_, n, spec.seed)[me]
         round_ += 1
         if partner < 0:
             continue
-        get_params(model, mine)
+        get_state(model, mine)
         reqs = [dist.isend(mine, dst=ranks[partner]), dist.irecv(theirs, src=ranks[partner])]
         for r in reqs:
             r.wait()
-        set_params(model, (mine + theirs) / 2)
+        set_state(model, (mine + theirs) / 2)
         exchanges[partner] = exchanges.get(partner, 0) + 1
-    stats = disagreement(model, P, group)
+        ctx.staleness[iterations - last_averaged] += 1          # local steps this state had drifted alone
+        last_averaged = iterations
+    stats = disagreement(model, group)
     stats.update(rounds=round_, peers=len(exchanges), exchanges=sum(exchanges.values()))
     if monitor:
-        from omnitune.runtime.server import finish
-        return finish(ctx, monitor, opt, iterations, [iterations], mean_staleness=0.0, stats=stats)
+        return ctx.finish(monitor, opt, iterations, [iterations], stats=stats)
     return None
 
 
-def disagreement(model: torch.nn.Module, P: int, group) -> dict:
-    """Relative spread of the workers' models at the end: mean over workers of ||w_i − w̄|| / ||w̄||."""
+def disagreement(model: torch.nn.Module, group) -> dict:
+    """Relative spread of the workers' weights at the end: mean over workers of ||w_i − w̄|| / ||w̄||."""
     n = dist.get_world_size(group)
-    w = get_params(model, torch.empty(P))
+    w = get_params(model, torch.empty(num_params(model)))
     mean = w.clone()
     dist.all_reduce(mean, group=group)
     mean /= n

@@ -20,11 +20,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from omnitune import workload as workload_mod
+from omnitune import protocols, workload as workload_mod
 from omnitune.cluster import Device
-from omnitune.runtime.topology import Node
-from omnitune.plan import Plan
 from omnitune.profile import AllReduceTiming, Calibration, P2PTiming
+from omnitune.runspec import RunSpec
+from omnitune.runtime.checkpoint import Start, make_optimizer
+from omnitune.runtime.context import JobArgs, torch_device
+from omnitune.runtime.flat import num_buffers, num_params
+from omnitune.runtime.launch import join
+from omnitune.runtime.measure import Settings, StepTimer, batch_sizes, measure_steps
+from omnitune.runtime.process import run_role
+from omnitune.runtime.server import ParameterServer
+from omnitune.runtime.topology import Node
 
 
 @dataclass(frozen=True)
@@ -32,8 +39,9 @@ class ProfileJob:
     workload: str
     data_dir: str | None
     devices: tuple[Device, ...]         # device of rank 1, 2, …
-    settings: "object"                  # profiler.Settings
-    calibration_plans: tuple[Plan, ...] = ()
+    settings: Settings
+    layout: str = ""                    # the layout the devices form (named in calibration records)
+    calibration_specs: tuple[RunSpec, ...] = ()
     nodes: tuple[Node, ...] = ()        # where each rank runs
     node: int = 0                       # the node these processes run on
     store_port: int = 0                 # of the job's store, served by rank 0
@@ -91,47 +99,40 @@ def time_p2p(sizes: list[int], repeats: int) -> list[P2PTiming]:
 
 
 def time_server_update(model: torch.nn.Module, repeats: int) -> float:
-    from omnitune.runtime.checkpoint import Start, make_optimizer
-    from omnitune.runtime.flat import get_params, num_params
-    from omnitune.runtime.server import apply_update
-
+    """One update of the parameter server and its reply, as `serve` makes them."""
     torch.set_num_threads(1)                          # the server runs with one thread
     model = model.cpu()
     opt = make_optimizer(model, lr=1e-3, momentum=0.9, start=Start())
-    grad, weights = torch.randn(num_params(model)) * 1e-3, torch.zeros(num_params(model))
+    ps = ParameterServer(model, opt, protocols.Groups(g=1))
+    size = num_params(model) + num_buffers(model)
+    msg, reply = torch.zeros(size + 3), torch.zeros(size + 2)
+    msg[:num_params(model)] = torch.randn(num_params(model)) * 1e-3
 
     def update():
-        apply_update(model, opt, grad)
-        get_params(model, weights)
+        msg[-1] = ps.clock
+        ps.receive(msg, 1)
+        ps.update()
+        ps.reply(reply, False)
     return _timed(update, repeats)
 
 
 def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
-    """Run each calibration plan as a real job for a moment; rank 0 reports seconds per update."""
-    from omnitune.runtime.context import JobArgs
-    from omnitune.perfmodel import protocol_key
-    from omnitune.runtime.worker import run_role
-
+    """Run each calibration spec as a real job for a moment; rank 0 reports seconds per update."""
     out = []
     with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
-        for plan in job.calibration_plans:
-            args = JobArgs(plan_path="(calibration)", run_dir=tmp, max_time_s=job.settings.calibrate_s,
-                           eval_every_s=1e9, timeout_s=120)
-            summary = run_role(args, plan, wl, train, test, store)
+        for spec in job.calibration_specs:
+            args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
+                           timeout_s=120, plan_path="(calibration)")
+            summary = run_role(args, wl, train, test, store)
             if summary is not None:
-                key = protocol_key(plan.protocol, plan.softsync_n, plan.gossip_every)
-                out.append(Calibration(layout=plan.layout, protocol=key, groups=len(plan.groups),
-                                       batch_size=plan.batch_size[plan.devices[0].id],
+                out.append(Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
+                                       batch_size=spec.batch_size[spec.devices[0].id],
                                        sec_per_iter=summary["measured_sec_per_iter"]))
     return out
 
 
 def main(job: ProfileJob) -> list[dict] | None:
     """This rank's measurements; rank 0 returns every rank's, in rank order."""
-    from omnitune.profiler import StepTimer, measure_steps
-    from omnitune.runtime.context import torch_device
-    from omnitune.runtime.launch import join
-
     rank, store = join(job.nodes, job.node, job.store_port, 300, "gloo")
     device = job.devices[rank - 1] if rank > 0 else None
     torch_dev = torch_device(device)
@@ -143,7 +144,6 @@ def main(job: ProfileJob) -> list[dict] | None:
         if device is not None:
             result.update(device_id=device.id, steps=measure_steps(timer, job.settings, barrier=dist.barrier))
         else:
-            from omnitune.profiler import batch_sizes
             for _ in batch_sizes(job.settings.max_batch):
                 dist.barrier()                          # the server rank idles while devices are timed
         model_bytes = sum(p.numel() * p.element_size() for p in timer.model.parameters())

@@ -1,30 +1,81 @@
-"""The parameter server: applies each group's gradient as it arrives (asynchronously).
+"""The parameter server of `groups` (Omnivore) and `softsync` (Rudra): the master copy of the
+model, updated as gradients arrive.
 
-It owns the master weights and the momentum buffer (explicit momentum, torch's SGD). Every
-message from a leader is [gradient | loss | batch | clock of the weights it used]; the server
-steps, then answers [weights | stop | its clock]. Staleness = server clock − that clock.
+Every message from a leader is [gradient | change of BatchNorm statistics | loss | batch | clock
+of the weights it used]; the server answers [weights | statistics | stop | its clock]. The
+arithmetic lives in `ParameterServer`, which a test drives in-process; `serve` only moves
+messages.
 """
 
 from __future__ import annotations
 
-import math
 import time
+from collections import Counter
 
 import torch
 import torch.distributed as dist
 
+from omnitune.protocols import Variant
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
-from omnitune.runtime.flat import get_params, num_params, set_grads
-from omnitune.runtime.monitor import Monitor
-from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, finite_or_none, save
+from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params, set_buffers, set_grads
 from omnitune.runtime.topology import group_ranks
 
 
-def apply_update(model: torch.nn.Module, opt: torch.optim.Optimizer, grad: torch.Tensor) -> None:
-    """One server update: the received gradient through the optimizer (profiled as service time)."""
-    set_grads(model, grad)
-    opt.step()
+class ParameterServer:
+    """Weights, momentum and BatchNorm statistics, updated once per `gradients_per_update`
+    gradients of the variant (1 for Omnivore's groups; ceil(learners / n) for Rudra's n-softsync).
+
+    A gradient's staleness sigma is the server's clock minus the clock of the weights it was
+    computed on. Each update applies
+        v <- mu v + (1/k) sum_i s_i g_i;   w <- w - lr v          (k gradients, s_i its scale)
+    with s_i = 1 / max(sigma_i, 1) when the variant scales by staleness (Rudra), else 1; and adds
+    the mean of the k groups' changes of the BatchNorm statistics to the server's.
+    """
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, variant: Variant):
+        self.model, self.opt = model, opt
+        self.P, self.B = num_params(model), num_buffers(model)
+        self.per_update = variant.gradients_per_update
+        self.scaled = variant.scales_lr_by_staleness
+        self.grad, self.stats = torch.zeros(self.P), torch.zeros(self.B)
+        self.clock = 0
+        self.pending: list[int] = []           # who sent the gradients of the update being gathered
+        self.staleness: Counter = Counter()
+        self.scale_sum = 0.0
+
+    def receive(self, msg: torch.Tensor, src: int) -> None:
+        P, B = self.P, self.B
+        sigma = self.clock - int(msg[P + B + 2])
+        scale = 1.0 / max(sigma, 1) if self.scaled else 1.0
+        self.grad.add_(msg[:P], alpha=scale / self.per_update)
+        self.stats.add_(msg[P:P + B], alpha=1.0 / self.per_update)
+        self.pending.append(src)
+        self.staleness[sigma] += 1
+        self.scale_sum += scale
+
+    def ready(self, senders_left: int) -> bool:
+        """Whether enough gradients are in: all of an update's, or every sender still sending."""
+        return len(self.pending) >= min(self.per_update, senders_left)
+
+    def update(self) -> list[int]:
+        """Apply the gathered gradients; return who sent them (they wait for the new weights)."""
+        set_grads(self.model, self.grad)
+        self.opt.step()
+        if self.B:
+            set_buffers(self.model, get_buffers(self.model, torch.empty(self.B)) + self.stats)
+        self.grad.zero_()
+        self.stats.zero_()
+        self.clock += 1
+        waiting, self.pending = self.pending, []
+        return waiting
+
+    def reply(self, out: torch.Tensor, stopping: bool) -> torch.Tensor:
+        """[weights | statistics | stop | clock]."""
+        get_params(self.model, out[:self.P])
+        get_buffers(self.model, out[self.P:self.P + self.B])
+        out[-2], out[-1] = float(stopping), self.clock
+        return out
 
 
 class Liveness:
@@ -50,127 +101,39 @@ class Liveness:
 
 
 def serve(ctx: Context) -> dict:
-    from omnitune.runtime.worker import new_monitor
-
-    model = ctx.model
-    P = num_params(model)
-    opt = checkpoint.make_optimizer(model, ctx.plan.lr, ctx.plan.momentum, ctx.start)
-    leaders = [r[0] for r in group_ranks(ctx.plan)]
-    updates = {leader: 0 for leader in leaders}
-    msg, reply = torch.zeros(P + 3), torch.zeros(P + 2)
-    monitor = new_monitor(ctx, opt)
-    clock, staleness_sum, stopping, done = 0, 0.0, False, set()
+    """Apply gradients in arrival order until the monitor says stop, then tell every leader."""
+    model, spec = ctx.model, ctx.spec
+    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    ps = ParameterServer(model, opt, spec.variant)
+    leaders = [r[0] for r in group_ranks(spec)]
+    received = dict.fromkeys(leaders, 0)
+    msg, reply = torch.zeros(ps.P + ps.B + 3), torch.zeros(ps.P + ps.B + 2)
+    monitor = ctx.new_monitor(opt)
+    stopping, done = False, set()
     live = Liveness(leaders, ctx.job.timeout_s)
     while len(done) < len(leaders):
         src = dist.recv(msg)                       # from whichever leader is ready first
         live.heard_from(src)
-        if not stopping:
-            apply_update(model, opt, msg[:P])
-            staleness_sum += clock - float(msg[P + 2])
-            clock += 1
-            ctx.tick()
-            updates[src] += 1
-            monitor.record_loss(float(msg[P]))
-            stopping = monitor.check(model, ctx.start.iteration + clock)
         if stopping:
-            done.add(src)
-            live.forget([src])
-        send_weights(model, reply, stopping, clock, [src])
-    return finish(ctx, monitor, opt, ctx.start.iteration + clock, [updates[leader] for leader in leaders],
-                  mean_staleness=staleness_sum / max(clock, 1))
-
-
-def send_weights(model: torch.nn.Module, reply: torch.Tensor, stopping: bool, clock: int, dsts) -> None:
-    P = reply.numel() - 2
-    get_params(model, reply[:P])
-    reply[P], reply[P + 1] = float(stopping), clock
-    for dst in dsts:
-        dist.send(reply, dst=dst)
-
-
-def serve_softsync(ctx: Context) -> dict:
-    """Rudra's n-softsync: one update per ceil(learners / n) gradients, each scaled by 1/staleness.
-
-    A gradient's staleness is the server clock minus the clock of the weights it was computed on
-    (at least 1 in the divisor). n = 1 waits for every learner; n = learners updates on each one.
-    """
-    from omnitune.runtime.worker import new_monitor
-
-    model, plan = ctx.model, ctx.plan
-    P = num_params(model)
-    opt = checkpoint.make_optimizer(model, plan.lr, plan.momentum, ctx.start)
-    learners = [r[0] for r in group_ranks(plan)]
-    per_update = math.ceil(len(learners) / plan.softsync_n)
-    received = {r: 0 for r in learners}
-    msg, reply, grad = torch.zeros(P + 3), torch.zeros(P + 2), torch.zeros(P)
-    monitor = new_monitor(ctx, opt)
-    clock, stopping, done, pending = 0, False, set(), []
-    stale_sum, scale_sum = 0.0, 0.0
-    live = Liveness(learners, ctx.job.timeout_s)
-    while len(done) < len(learners):
-        src = dist.recv(msg)
-        live.heard_from(src)
-        if stopping:
-            send_weights(model, reply, True, clock, [src])
+            dist.send(ps.reply(reply, True), dst=src)
             done.add(src)
             live.forget([src])
             continue
-        sigma = clock - float(msg[P + 2])
-        scale = 1.0 / max(sigma, 1.0) if plan.scale_lr_by_staleness else 1.0
-        grad.add_(msg[:P], alpha=scale / per_update)
-        pending.append(src)
+        ps.receive(msg, src)
         received[src] += 1
-        stale_sum, scale_sum = stale_sum + sigma, scale_sum + scale
-        monitor.record_loss(float(msg[P]))
-        if len(pending) < min(per_update, len(learners) - len(done)):
+        monitor.record_loss(float(msg[ps.P + ps.B]))
+        if not ps.ready(len(leaders) - len(done)):
             continue
-        apply_update(model, opt, grad)
-        grad.zero_()
-        clock += 1
+        waiting = ps.update()
         ctx.tick()
-        stopping = monitor.check(model, ctx.start.iteration + clock)
-        send_weights(model, reply, stopping, clock, pending)
+        stopping = monitor.check(model, ctx.start.iteration + ps.clock)
+        ps.reply(reply, stopping)
+        for dst in waiting:
+            dist.send(reply, dst=dst)
         if stopping:
-            done.update(pending)
-            live.forget(pending)
-        pending = []
-    n_grads = max(sum(received.values()), 1)
-    return finish(ctx, monitor, opt, ctx.start.iteration + clock, [received[r] for r in learners],
-                  mean_staleness=stale_sum / n_grads,
-                  stats={"gradients_per_update": per_update, "mean_lr_scale": scale_sum / n_grads})
-
-
-def finish(ctx: Context, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
-           mean_staleness: float, stats: dict[str, float] | None = None) -> dict:
-    """Evaluate once more, then write the checkpoint and summary.json (the coordinator's job)."""
-    if monitor.evaluations == 0 or monitor.time_to_target_s is None:
-        monitor.evaluate(ctx.model, iterations)
-    wall = monitor.elapsed()
-    checkpoint.save(ctx.run_dir / checkpoint.FILE, ctx.model, opt, iterations, wall - monitor.eval_s)
-    pred = ctx.plan.prediction
-    summary = RunSummary(
-        schema_version=SCHEMA_VERSION,
-        reached_target=monitor.time_to_target_s is not None,
-        time_to_target_s=monitor.time_to_target_s,
-        wall_to_target_s=monitor.wall_to_target_s,
-        iterations=iterations,
-        final_accuracy=monitor.final_accuracy,
-        target_accuracy=ctx.plan.target_accuracy,
-        predicted_time_to_target_s=finite_or_none(pred.time_to_target_s),
-        predicted_sec_per_iter=pred.sec_per_iter,
-        measured_sec_per_iter=(wall - monitor.eval_s - ctx.start.train_s) / max(iterations - ctx.start.iteration, 1),
-        wall_s=wall,
-        eval_s=monitor.eval_s,
-        plan=ctx.job.plan_path,
-        protocol=ctx.plan.protocol,
-        processes=ctx.plan.processes,
-        updates_per_group=tuple(updates_per_group),
-        mean_staleness=mean_staleness,
-        evaluations=monitor.evaluations,
-        protocol_stats=dict(stats or {}),
-        restarts=ctx.job.attempt,
-        checkpoints=monitor.checkpoints,
-    )
-    save(summary, ctx.run_dir / "summary.json")
-    from omnitune.files import to_dict
-    return to_dict(summary)
+            done.update(waiting)
+            live.forget(waiting)
+    ctx.staleness.update(ps.staleness)
+    gradients = max(sum(received.values()), 1)
+    stats = {"gradients_per_update": ps.per_update, "mean_lr_scale": ps.scale_sum / gradients}
+    return ctx.finish(monitor, opt, ctx.start.iteration + ps.clock, [received[r] for r in leaders], stats=stats)

@@ -19,7 +19,7 @@ class RunSummary:
     wall_to_target_s: float | None  # the same, evaluation pauses included
     iterations: int
     final_accuracy: float
-    target_accuracy: float
+    target_accuracy: float | None   # None: the job trained for its time (a calibration job)
     predicted_time_to_target_s: float | None
     predicted_sec_per_iter: float
     measured_sec_per_iter: float
@@ -29,13 +29,18 @@ class RunSummary:
     protocol: str
     processes: int
     updates_per_group: tuple[int, ...]
-    mean_staleness: float           # server clock minus the clock of the weights a gradient used
+    mean_staleness: float           # the mean of `staleness`
     evaluations: int
     protocol_stats: dict[str, float] = field(default_factory=dict)   # e.g. disagreement (gossip)
     restarts: int = 0               # times torchelastic restarted the processes after a failure
     checkpoints: int = 0            # periodic checkpoints written (the last attempt's)
     replans: int = 0                # re-plans during the run (omnitune run --replan-every-s)
     replan_s: float = 0.0           # wall time they took (probes), not counted in time_to_target_s
+    # Measured, per update the coordinator made: staleness[t] updates used information t steps
+    # old. Server protocols: server updates between a gradient's read of the weights and its
+    # application; hpsgd: local steps before the average change merged; gossip: local steps since
+    # the worker last averaged with a peer; sync: 0.
+    staleness: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):

@@ -1,6 +1,6 @@
-"""Which process does what: a pure function from a plan to each rank's role.
+"""Which process does what: a pure function from a run spec to each rank's role.
 
-Ranks: with a parameter server (every protocol but `sync`), rank 0 is the server and the workers
+Ranks: with a parameter server (the variant says whether), rank 0 is the server and the workers
 follow; otherwise the workers start at rank 0. Workers are numbered group by group, so a group's
 first rank is its leader, the one that talks to the server.
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from omnitune.cluster import Device
-from omnitune.plan import Plan
+from omnitune.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -40,27 +40,27 @@ class Role:
         return self.rank == 0
 
 
-def roles(plan: Plan) -> list[Role]:
+def roles(spec: RunSpec) -> list[Role]:
     out: list[Role] = []
-    if plan.server:
-        out.append(Role(rank=0, kind="server", node=plan.server_node, host=plan.server_host))
+    if spec.server:
+        out.append(Role(rank=0, kind="server", node=spec.server_node, host=spec.server_host))
     rank = len(out)
     shard = 0
-    for g, members in enumerate(plan.groups):
+    for g, members in enumerate(spec.groups):
         ranks = tuple(range(rank, rank + len(members)))
         for device_id in members:
-            device = next(d for d in plan.devices if d.id == device_id)
+            device = spec.device(device_id)
             out.append(Role(rank=rank, kind="worker", device=device, group=g, group_ranks=ranks,
-                            shard=shard, batch_size=plan.batch_size[device_id], node=device.node, host=device.host))
+                            shard=shard, batch_size=spec.batch_size[device_id], node=device.node, host=device.host))
             rank += 1
             shard += 1
     return out
 
 
-def group_ranks(plan: Plan) -> list[tuple[int, ...]]:
+def group_ranks(spec: RunSpec) -> list[tuple[int, ...]]:
     """Ranks of each compute group, in the order every process must create them."""
     by_group: dict[int, tuple[int, ...]] = {}
-    for r in roles(plan):
+    for r in roles(spec):
         if r.kind == "worker":
             by_group[r.group] = r.group_ranks
     return [by_group[g] for g in sorted(by_group)]
@@ -73,9 +73,9 @@ class Node:
     ranks: tuple[int, ...]      # of its processes; local rank i runs ranks[i]
 
 
-def nodes(plan: Plan) -> tuple[Node, ...]:
-    """The nodes that run processes of this plan, in spec order."""
-    return placed_nodes([(r.node, r.host) for r in roles(plan)])
+def nodes(spec: RunSpec) -> tuple[Node, ...]:
+    """The nodes that run processes of this run, in cluster-spec order."""
+    return placed_nodes([(r.node, r.host) for r in roles(spec)])
 
 
 def placed_nodes(placement: list[tuple[int, str]]) -> tuple[Node, ...]:

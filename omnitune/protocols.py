@@ -1,0 +1,344 @@
+"""Training protocols: each one a frozen value that knows everything the planner and the runtime
+need of it. No other module compares protocol names.
+
+A variant is a protocol with its shape: how many compute groups (Omnivore), Rudra's n, gossip's
+period, and whether per-device batches follow measured speed (Ji et al. 2019). Each class holds
+one protocol's whole story:
+    validate(group_sizes)      which groupings of devices it takes
+    has_server                 whether a parameter-server process joins the workers
+    gradients_per_update       how many gradients the server sums into one update
+    sec_per_update(costs)      its hardware-efficiency equation (perfmodel supplies the costs)
+    emulation(b, lr, mu)       how a single-process probe stands in for its statistics
+    less_asynchronous(n)       what re-planning falls back to when asynchrony gives too much momentum
+and `admitted(n, names)` lists the variants that n devices admit. Pure: no torch, files or processes.
+
+Notation (seconds):
+    T_i   one minibatch of compute group i: compute, its all-reduce and, with a server, its exchange
+    c     the slowest device's compute step
+    A     an all-reduce of the model among all devices
+    R     a point-to-point round trip of the model
+    s     the server's time per update (service time)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from omnitune import statmodel
+from omnitune.statmodel import ProbeConfig
+
+GOSSIP_PERIODS = (1, 4)        # the periods the planner tries
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What one configuration's pieces take on the hardware, in seconds (see the notation)."""
+    group_steps: tuple[float, ...]     # T_i
+    compute: float                     # c
+    allreduce: float                   # A
+    round_trip: float                  # R
+    server_service: float              # s
+
+
+def split(device_ids: tuple[str, ...], g: int) -> tuple[tuple[str, ...], ...]:
+    """g groups of equal size (Omnivore), consecutive devices together."""
+    k = len(device_ids) // g
+    return tuple(tuple(device_ids[i * k:(i + 1) * k]) for i in range(g))
+
+
+def _server_rate(c: Costs, per_update: int) -> float:
+    """Updates per second when groups send at their own pace, 1/T_i each, and the server applies
+    one update per `per_update` gradients, unless it saturates at 1/s (a queueing bound)."""
+    return min(sum(1.0 / t for t in c.group_steps) / per_update, 1.0 / c.server_service)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """A protocol with its shape. Subclasses set `protocol`, and may name the field that counts
+    their groups (SHAPE) and the parameter that changes their speed (PARAM)."""
+    balanced: bool = False           # per-device batches follow measured speed (Ji et al. 2019)
+
+    protocol: ClassVar[str]
+    has_server: ClassVar[bool] = False
+    SHAPE: ClassVar[str | None] = None     # the field holding the number of groups; None: one group
+    PARAM: ClassVar[str | None] = None     # the field of the protocol's own parameter
+    TAG: ClassVar[str] = "protocol"        # files name the class by this key
+    _kinds: ClassVar[dict[str, type[Variant]]] = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        Variant._kinds[cls.protocol] = cls
+
+    @classmethod
+    def kinds(cls) -> dict[str, type[Variant]]:
+        """Every protocol by name, in the order the planner tries them."""
+        return dict(Variant._kinds)
+
+    @property
+    def groups(self) -> int:
+        return getattr(self, self.SHAPE) if self.SHAPE else 1
+
+    @property
+    def gradients_per_update(self) -> int:
+        return 1
+
+    @property
+    def scales_lr_by_staleness(self) -> bool:
+        return False
+
+    @property
+    def key(self) -> str:
+        """The protocol with the parameter that changes its speed: "softsync/n=2", "gossip/every=4"."""
+        return f"{self.protocol}/{self.PARAM}={getattr(self, self.PARAM)}" if self.PARAM else self.protocol
+
+    @property
+    def detail(self) -> str:
+        """The protocol's parameter and balancing, for tables: "n=2", "every=4, balanced"."""
+        parts = [f"{self.PARAM}={getattr(self, self.PARAM)}"] if self.PARAM else []
+        return ", ".join(parts + (["balanced"] if self.balanced else []))
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol} ({self.detail})" if self.detail else self.protocol
+
+    def validate(self, group_sizes: tuple[int, ...]) -> None:
+        """Raise ValueError unless devices split into groups of these sizes can run this variant."""
+        if len(group_sizes) != self.groups:
+            raise ValueError(f"{self.label} takes {self.groups} group(s), got {len(group_sizes)}")
+        if min(group_sizes, default=0) < 1:
+            raise ValueError(f"{self.label}: every group needs a device")
+
+    def group(self, device_ids: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+        """The devices (in rank order) split into this variant's groups."""
+        return split(tuple(device_ids), self.groups)
+
+    def sec_per_update(self, c: Costs) -> float:
+        raise NotImplementedError
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        """The single-process stand-in for this protocol's statistics: update batch and staleness.
+        `group_batch` is the first group's minibatch."""
+        raise NotImplementedError
+
+    @property
+    def asynchrony(self) -> int:
+        """The number of asynchronous groups the probes emulate (the g of 1 - 1/g)."""
+        return self.emulation(1, 1.0, 0.0).groups
+
+    def implicit_momentum(self, measured: dict[int, float] | None = None) -> float:
+        """Momentum that asynchrony adds: measured for this g where given, else 1 - 1/g."""
+        return (measured or {}).get(self.asynchrony, statmodel.implicit_momentum(self.asynchrony))
+
+    def less_asynchronous(self, n_devices: int) -> Variant | None:
+        """Omnivore's fall-back when re-tuning finds the best explicit momentum is zero: the same
+        devices with less asynchrony, or None when there is none to remove."""
+        return None
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        """This protocol's variants on n devices (unbalanced)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sync(Variant):
+    """One group: every device computes a share of the minibatch, gradients are all-reduced and
+    every replica steps."""
+    protocol: ClassVar[str] = "sync"
+
+    def sec_per_update(self, c: Costs) -> float:
+        return c.group_steps[0]
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        return ProbeConfig(group_batch, lr, momentum, 1)
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        return [cls()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Groups(Variant):
+    """Omnivore's compute groups: synchronous inside a group; each group's leader sends the
+    group's gradient to a parameter server, which applies it on arrival (asynchronous across
+    groups), and takes fresh weights back."""
+    g: int = 2
+    protocol: ClassVar[str] = "groups"
+    has_server: ClassVar[bool] = True
+    SHAPE: ClassVar[str] = "g"
+
+    def __post_init__(self):
+        if self.g < 1:
+            raise ValueError(f"groups: g must be at least 1, got {self.g}")
+
+    def sec_per_update(self, c: Costs) -> float:
+        return 1.0 / _server_rate(c, 1)
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        return ProbeConfig(group_batch, lr, momentum, self.groups)
+
+    def less_asynchronous(self, n_devices: int) -> Variant | None:
+        """The next smaller g that splits the devices evenly; g = 1 is sync."""
+        if self.groups <= 1:
+            return None
+        g = max(k for k in range(1, self.groups) if n_devices % k == 0)
+        return Groups(g=g, balanced=self.balanced) if g > 1 else Sync(balanced=self.balanced)
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        return [cls(g=g) for g in range(2, n_devices + 1) if n_devices % g == 0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoftSync(Variant):
+    """Rudra's n-softsync: every device is a learner; the server applies one update per
+    ceil(learners / n) gradients, each gradient's step divided by its staleness (at least 1).
+    n = 1 waits for every learner; n = learners updates on each gradient."""
+    learners: int = 2
+    n: int = 1
+    scale_lr_by_staleness: bool = True
+    protocol: ClassVar[str] = "softsync"
+    has_server: ClassVar[bool] = True
+    SHAPE: ClassVar[str] = "learners"
+    PARAM: ClassVar[str] = "n"
+
+    def __post_init__(self):
+        if not 1 <= self.n <= self.learners:
+            raise ValueError(f"softsync: n must be in 1..{self.learners} (the learners), got {self.n}")
+
+    @property
+    def gradients_per_update(self) -> int:
+        return math.ceil(self.learners / self.n)
+
+    @property
+    def scales_lr_by_staleness(self) -> bool:
+        return self.scale_lr_by_staleness
+
+    def validate(self, group_sizes: tuple[int, ...]) -> None:
+        super().validate(group_sizes)
+        if any(size != 1 for size in group_sizes):
+            raise ValueError("softsync takes one device per group (each a learner)")
+
+    def sec_per_update(self, c: Costs) -> float:
+        if self.n == 1:                  # every learner waits for the slowest
+            return max(c.group_steps)
+        return 1.0 / _server_rate(c, self.gradients_per_update)
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        """ceil(learners/n) gradients per update, staleness about learners/that - 1, steps
+        divided by staleness (Rudra)."""
+        per_update = self.gradients_per_update
+        return ProbeConfig(per_update * group_batch, lr, momentum, max(1, round(self.learners / per_update)),
+                           self.scale_lr_by_staleness)
+
+    def less_asynchronous(self, n_devices: int) -> Variant | None:
+        """Half as many updates per round of gradients (smaller n); n = 1 is as synchronous as
+        softsync gets."""
+        return replace(self, n=self.n // 2) if self.n > 1 else None
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        if n_devices < 2:
+            return []
+        return [cls(learners=n_devices, n=k) for k in sorted({1, max(1, n_devices // 2), n_devices})]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HPSGD(Variant):
+    """Hierarchical parallel SGD: each worker commits local steps to a replica while the
+    all-reduce of the previous step's change runs during the next forward and backward pass; the
+    average change is merged into the global model (gradients one step stale)."""
+    protocol: ClassVar[str] = "hpsgd"
+
+    def sec_per_update(self, c: Costs) -> float:
+        return max(c.compute, c.allreduce)      # the all-reduce hides behind the next step
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        return ProbeConfig(group_batch, lr, momentum, 2)
+
+    def less_asynchronous(self, n_devices: int) -> Variant | None:
+        return Sync(balanced=self.balanced)
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        return [cls()] if n_devices >= 2 else []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gossip(Variant):
+    """Gossip SGD (Jin et al. 2016): no server and no barrier; every `every` steps each worker
+    averages its weights with one peer of a seeded random perfect matching."""
+    every: int = 1
+    protocol: ClassVar[str] = "gossip"
+    PARAM: ClassVar[str] = "every"
+
+    def __post_init__(self):
+        if self.every < 1:
+            raise ValueError(f"gossip: every must be at least 1, got {self.every}")
+
+    def sec_per_update(self, c: Costs) -> float:
+        return c.compute + c.round_trip / self.every     # a pairwise exchange every `every` steps
+
+    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
+        """Approximated as the whole batch with staleness about `every` (a worker sees the
+        others' gradients only through averaging)."""
+        return ProbeConfig(group_batch, lr, momentum, 1 + self.every)
+
+    def less_asynchronous(self, n_devices: int) -> Variant | None:
+        return replace(self, every=self.every // 2) if self.every > 1 else None
+
+    @classmethod
+    def admitted(cls, n_devices: int) -> list[Variant]:
+        return [cls(every=e) for e in GOSSIP_PERIODS] if n_devices >= 2 else []
+
+
+NAMES = tuple(Variant.kinds())
+
+
+def admitted(n_devices: int, names: tuple[str, ...] = NAMES, heterogeneous: bool = False) -> list[Variant]:
+    """The variants n devices admit, for the protocols named; on devices of unequal speed each
+    variant whose groups hold several devices also comes balanced, right after it."""
+    out: list[Variant] = []
+    for name in names:
+        for v in Variant.kinds()[name].admitted(n_devices):
+            out.append(v)
+            if heterogeneous and n_devices // v.groups > 1:
+                out.append(replace(v, balanced=True))
+    return out
+
+
+def from_key(key: str, groups: int) -> Variant:
+    """The variant a calibration record names: its key ("softsync/n=2") and number of groups."""
+    name, _, param = key.partition("/")
+    kind = Variant.kinds()[name]
+    fields = {kind.SHAPE: groups} if kind.SHAPE else {}
+    if kind.PARAM:
+        fields[kind.PARAM] = int(param.partition("=")[2])
+    return kind(**fields)
+
+
+def from_fields(protocol: str, groups: int, softsync_n: int = 1, gossip_every: int = 1, balanced: bool = False,
+                scale_lr_by_staleness: bool = True) -> Variant:
+    """A variant from the flat fields of a version-1 plan (and its candidates)."""
+    kind = Variant.kinds().get(protocol)
+    if kind is None:
+        raise ValueError(f"protocol: must be one of {', '.join(map(repr, NAMES))}, got {protocol!r}")
+    fields = {kind.SHAPE: groups} if kind.SHAPE else {}
+    fields.update({"n": softsync_n, "scale_lr_by_staleness": scale_lr_by_staleness} if kind is SoftSync else {})
+    fields.update({"every": gossip_every} if kind is Gossip else {})
+    v = kind(balanced=balanced, **fields)
+    if v.groups != groups:
+        raise ValueError(f"{v.label} takes {v.groups} group(s), got {groups}")
+    return v
+
+
+def from_detail(protocol: str, groups: int, detail: str) -> Variant:
+    """A variant from a version-1 candidate row: protocol, groups and its detail ("n=2, balanced")."""
+    def number(name: str) -> int:
+        found = re.search(rf"\b{name}=(\d+)", detail)
+        return int(found.group(1)) if found else 1
+    return from_fields(protocol, groups, softsync_n=number("n"), gossip_every=number("every"),
+                       balanced=bool(re.search(r"\bbalanced\b", detail)))

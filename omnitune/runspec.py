@@ -1,0 +1,61 @@
+"""A run spec: what to run. The runtime, and the profiler's calibration jobs, take one of these;
+a plan is a run spec plus the prediction that chose it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from omnitune.cluster import LOOPBACK, Device, endpoint
+from omnitune.protocols import Variant
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    workload: str
+    data_dir: str | None
+    variant: Variant                           # the protocol and its shape
+    devices: tuple[Device, ...]                # in rank order of the workers
+    groups: tuple[tuple[str, ...], ...]        # device ids of each compute group
+    batch_size: dict[str, int]                 # per device id
+    lr: float
+    momentum: float                            # explicit; the runtime's own update takes any in (-1, 1)
+    seed: int = 0
+    target_accuracy: float | None = None       # stop on reaching it; None: train for the time allowed
+    rendezvous: str = f"{LOOPBACK}:0"          # c10d rendezvous host:port; port 0 = pick a free one
+    server_host: str = LOOPBACK
+    server_node: int = 0                       # the cluster spec's node that runs the parameter server
+
+    def __post_init__(self):
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not -1 < self.momentum < 1:
+            raise ValueError(f"momentum must be in (-1, 1), got {self.momentum}")
+        ids = self.device_ids
+        grouped = [i for g in self.groups for i in g]
+        if sorted(grouped) != sorted(ids) or len(set(ids)) != len(ids) or any(not g for g in self.groups):
+            raise ValueError(f"groups {self.groups} must split the devices {ids} into non-empty groups")
+        self.variant.validate(tuple(len(g) for g in self.groups))
+        if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
+            raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
+        endpoint(self.rendezvous)
+        if self.server_node < 0:
+            raise ValueError(f"server_node must be at least 0, got {self.server_node}")
+
+    @property
+    def device_ids(self) -> tuple[str, ...]:
+        return tuple(d.id for d in self.devices)
+
+    @property
+    def server(self) -> bool:
+        """Whether a parameter-server process joins the workers."""
+        return self.variant.has_server
+
+    @property
+    def processes(self) -> int:
+        return len(self.devices) + int(self.server)
+
+    def device(self, device_id: str) -> Device:
+        return next(d for d in self.devices if d.id == device_id)

@@ -1,0 +1,87 @@
+"""The entry point of every process of a run: join the job, build the model, run the loop that
+the variant's table gives this process's role."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from omnitune import env, protocols, workload as workload_mod
+from omnitune.protocols import Variant
+from omnitune.runtime import checkpoint, peer, server, worker
+from omnitune.runtime.context import Context, JobArgs, backend, torch_device
+from omnitune.runtime.launch import join
+from omnitune.runtime.topology import group_ranks, nodes, roles
+from omnitune.workload import Workload
+
+Loop = Callable[..., "dict | None"]
+
+# Each variant's loops: (the parameter server's, or None without one; the workers').
+LOOPS: dict[type[Variant], tuple[Loop | None, Loop]] = {
+    protocols.Sync: (None, worker.train_sync),
+    protocols.Groups: (server.serve, worker.train_member),
+    protocols.SoftSync: (server.serve, worker.train_member),
+    protocols.HPSGD: (None, peer.train_hpsgd),
+    protocols.Gossip: (None, peer.train_gossip),
+}
+
+
+def main(job: JobArgs) -> dict | None:
+    """Run this process's role; the coordinator returns the run summary as a dict."""
+    spec = job.spec
+    rank, store = join(nodes(spec), job.node, job.store_port, job.timeout_s, backend(spec))
+    try:
+        job = dataclasses.replace(job, attempt=agreed_attempt())
+        latest = Path(job.run_dir) / checkpoint.FILE
+        if job.attempt > 0 and rank == 0 and latest.is_file():   # restarted by torchelastic: go on from there
+            job = dataclasses.replace(job, resume_from=str(latest))
+        wl = workload_mod.load(spec.workload)
+        train, test = wl.build_datasets(spec.data_dir, spec.seed)
+        return run_role(job, wl, train, test, store)
+    finally:
+        dist.destroy_process_group()
+
+
+def agreed_attempt() -> int:
+    """Which start of the job this is. torchelastic counts restarts per node, and a node restarted
+    only because another failed does not count one, so take the largest count of any process."""
+    count = torch.tensor([env.restart_count()])
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count)
+
+
+def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict | None:
+    """This rank's part of one job, in an initialised process group; ranks the spec leaves out idle.
+
+    Only the coordinator reads the checkpoint to start from (its host alone has the run dir's);
+    every rank gets it from there. The profiler calls this too, to time real jobs back to back
+    in one set of processes.
+    """
+    spec = job.spec
+    # Every rank creates every group, in the same order (a torch.distributed requirement). A group
+    # does not inherit the default group's timeout: without one, a stuck peer stalls it for 30 min.
+    timeout = timedelta(seconds=job.timeout_s)
+    pgs = [dist.new_group(list(r), timeout=timeout) for r in group_ranks(spec)]
+    everyone = roles(spec)
+    rank = dist.get_rank()
+    state = checkpoint.shared(job.resume_from if rank == 0 else None)
+    if rank >= len(everyone):
+        dist.barrier()
+        return None
+    role = everyone[rank]
+    device = torch_device(role.device)
+    torch.manual_seed(spec.seed)                # identical initial weights on every rank
+    model = wl.build_model().to(device)
+    start = checkpoint.load(state, model, job.resume_from or "the coordinator's checkpoint")
+    torch.manual_seed(spec.seed + role.rank + start.iteration)
+    ctx = Context(job, role, device, wl, model, train, test, store, start)
+    dist.barrier()
+    serve, train_loop = LOOPS[type(spec.variant)]
+    if role.kind == "server":
+        return serve(ctx)
+    return train_loop(ctx, pgs[role.group])
