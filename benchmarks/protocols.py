@@ -6,20 +6,26 @@ Clusters: two single-thread CPU workers, alike; and the same with the second one
 slower (cluster spec `emulated_slowdown: [1, 3]`). For lenet-digits and cnn1d-mnist1d, each
 protocol runs for real (`omnitune run`): sync, sync with throughput-balanced batches, groups
 (g = 2), softsync n = 1 and n = 2 (with Rudra's staleness-scaled learning rate, and without it:
-plain asynchrony at the same staleness), hpsgd and gossip. Then omnitune plans each cluster and
-runs its choice. Writes benchmarks/results/protocols.json.
+plain asynchrony at the same staleness), hpsgd and gossip, at one learning rate per workload
+(Rudra's scaled step with its base rate raised by the staleness it divides by) and the rule's
+momentum. Four learners compare Rudra's rule with plain asynchrony at staleness 3, each at its
+best of three base rates. Then omnitune plans each cluster and runs its choice. Every run is
+repeated with seeds 0, 1, 2 (one seed with --quick); rows give the median time to target and the
+spread. Writes benchmarks/results/protocols.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import statistics
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, protocols, statmodel, workload
+from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, protocols, workload
 from omnitune.cluster import load_cluster
 from omnitune.optimizer import Config
 from omnitune.probe import make_prober
@@ -47,6 +53,7 @@ PROTOCOLS = {
 # compare Rudra's staleness-scaled learning rate with plain asynchrony at the same staleness.
 STALENESS_CLUSTER = ("four-learners", [1.0, 1.0, 1.0, 1.0], ("softsync-n4", "softsync-n4-unscaled"))
 QUICK = ("sync", "sync-balanced", "softsync-n2", "softsync-n2-unscaled", "hpsgd", "gossip")
+RUDRA_RATES = (1 / 3, 1.0, 3.0)     # times each variant's step (its lr_gain applied), to re-tune the base rate
 
 
 def cluster_profile(name: str, slowdown: list[float], wl: str, quick: bool, work: Path):
@@ -66,36 +73,44 @@ def protocol_config(prof, name: str, lr: float) -> Config:
     ids = prof.cluster.layouts["cluster"]
     variant = protocols.from_fields(protocol, len(ids) if protocols.Variant.kinds()[protocol].has_server else 1,
                                     n, every, balanced, scaled)
-    mu = round(statmodel.explicit_momentum(optimizer.MU_STAR, variant.asynchrony), 4)
-    return Config("cluster", variant, variant.group(ids), BATCH, lr, mu)
+    return Config("cluster", variant, variant.group(ids), BATCH, lr * variant.lr_gain,
+                  variant.rule_momentum(optimizer.MU_STAR))
 
 
-def run_plan(plan, work: Path, tag: str):
-    path = work / f"{tag}.json"
-    plan_mod.save(plan, path)
-    return job.run(str(path), str(work / tag), max_time_s=TIME_LIMIT_S)
-
-
-def row(s, **kw) -> dict:
-    return {**kw, "time_to_target_s": s.time_to_target_s if s.reached_target else TIME_LIMIT_S,
-            "reached_target": s.reached_target, "final_accuracy": s.final_accuracy,
-            "mean_staleness": s.mean_staleness, "measured_sec_per_iter": s.measured_sec_per_iter,
-            "iterations": s.iterations, "protocol_stats": s.protocol_stats}
+def repeated(spec, work: Path, tag: str, seeds, **kw) -> dict:
+    """The spec run once per seed: median time to target (a miss counts as the time limit) and
+    the spread, with each run's figures."""
+    runs = [job.run_spec(dataclasses.replace(spec, seed=seed), str(work / f"{tag}-s{seed}"),
+                         max_time_s=TIME_LIMIT_S) for seed in seeds]
+    times = [s.time_to_target_s if s.reached_target else TIME_LIMIT_S for s in runs]
+    return {**kw, "time_to_target_s": statistics.median(times), "times_s": times,
+            "spread_s": [min(times), max(times)], "reached_target": [s.reached_target for s in runs],
+            "final_accuracy": statistics.median(s.final_accuracy for s in runs),
+            "mean_staleness": statistics.median(s.mean_staleness for s in runs),
+            "measured_sec_per_iter": statistics.median(s.measured_sec_per_iter for s in runs),
+            "iterations": statistics.median(s.iterations for s in runs),
+            "protocol_stats": [s.protocol_stats for s in runs]}
 
 
 def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, names=None,
           with_plan: bool = True) -> list[dict]:
+    seeds = (0,) if quick else (0, 1, 2)
     target, lr = WORKLOADS[wl_name]
     prof, prof_path = cluster_profile(cluster, slowdown or CLUSTERS[cluster], wl_name, quick, work)
     rows = []
     names = names or [n for n in (QUICK if quick else PROTOCOLS) if n not in STALENESS_CLUSTER[2]]
     for name in names:
-        c = protocol_config(prof, name, lr)
-        tag = f"{wl_name}-{cluster}-{name}"
-        s = job.run_spec(fixed_spec(prof, wl_name, target, c), str(work / tag), max_time_s=TIME_LIMIT_S)
-        rows.append(row(s, protocol=name, cluster=cluster, workload=wl_name, momentum=c.momentum))
-        print_rows(f"{wl_name} on {cluster}", rows[-1:], ["protocol", "time_to_target_s", "final_accuracy",
-                                                           "mean_staleness"])
+        tried = []
+        # Rudra's rule against plain asynchrony: each at its own best base rate (the rule divides
+        # each step by its staleness), from a third to three times the step the others take.
+        for f in RUDRA_RATES if name in STALENESS_CLUSTER[2] else (1.0,):
+            c = protocol_config(prof, name, lr * f)
+            tag = f"{wl_name}-{cluster}-{name}-{f:g}"
+            tried.append(repeated(fixed_spec(prof, wl_name, target, c), work, tag, seeds, protocol=name,
+                                  cluster=cluster, workload=wl_name, momentum=c.momentum, lr=c.lr))
+        rows.append(min(tried, key=lambda r: r["time_to_target_s"]) | {"lrs_tried": [r["lr"] for r in tried]})
+        print_rows(f"{wl_name} on {cluster}", rows[-1:], ["protocol", "time_to_target_s", "spread_s",
+                                                           "final_accuracy", "mean_staleness"])
     if not with_plan:
         return rows
     wl = workload.load(wl_name)
@@ -103,15 +118,17 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
                               budget_s=60 if quick else 120)
     plan = optimizer.build_plan(scored, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
-    s = run_plan(plan, work, f"{wl_name}-{cluster}-omnitune")
-    rows.append(row(s, protocol=f"omnitune plan: {plan.spec.variant.label}", cluster=cluster, workload=wl_name,
-                    momentum=plan.spec.momentum, predicted_time_to_target_s=plan.prediction.time_to_target_s))
+    plan_mod.save(plan, work / f"{wl_name}-{cluster}-plan.json")
+    rows.append(repeated(plan.spec, work, f"{wl_name}-{cluster}-omnitune", seeds,
+                         protocol=f"omnitune plan: {plan.spec.variant.label}", cluster=cluster, workload=wl_name,
+                         momentum=plan.spec.momentum, lr=plan.spec.lr,
+                         predicted_time_to_target_s=plan.prediction.time_to_target_s))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="six protocols, quick profiles")
+    parser.add_argument("--quick", action="store_true", help="six protocols, quick profiles, one seed")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +137,7 @@ def main() -> None:
                 rows += bench(wl_name, cluster, args.quick, Path(tmp))
             name, slowdown, names = STALENESS_CLUSTER
             rows += bench(wl_name, name, args.quick, Path(tmp), slowdown, names, with_plan=False)
-    cols = ["workload", "cluster", "protocol", "time_to_target_s", "final_accuracy", "mean_staleness",
+    cols = ["workload", "cluster", "protocol", "time_to_target_s", "spread_s", "final_accuracy", "mean_staleness",
             "measured_sec_per_iter", "iterations"]
     print_rows("protocols (a run that misses the target counts as its time limit)", rows, cols)
     summary = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -97,11 +96,9 @@ def plan(
     seed: int = typer.Option(0),
     probe_iters: int = typer.Option(3000, help="most iterations one probe may train"),
     budget_s: float = typer.Option(120.0, help="most seconds to spend on probes"),
-    sense_momentum: bool = typer.Option(False, help="measure each g's implicit momentum (slower) "
-                                        "instead of assuming 1 - 1/g"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
-    from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, workload as wl_mod
+    from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, study as study_mod, workload as wl_mod
     try:
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
         prof = profile_mod.load(profile_path)
@@ -114,22 +111,14 @@ def plan(
             console.print(f"[yellow]warning:[/yellow] {profile_path} was measured with workload "
                           f"{prof.workload!r}, not {workload!r}")
         _seed_everything(seed)
-        implicit = None
-        if sense_momentum:
-            gs = sorted({c.g for c in optimizer.enumerate_configs(prof, space)} - {1})
-            with console.status(f"measuring implicit momentum for g = {gs}…"):
-                implicit = probe.sense_implicit(wl, data_dir, gs, space.lrs[len(space.lrs) // 2], seed)
-            out.print("implicit momentum measured: " + ", ".join(f"g={g}: {m:.2f} (theory {1 - 1 / g:.2f})"
-                                                               for g, m in implicit.items()))
-            space = replace(space, implicit=implicit)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
-        study = optimizer.new_study(_study_storage(out_path), _study_name(prof, workload, target_accuracy, seed,
-                                                                          probe_iters, space))
+        study = study_mod.new_study(_study_storage(out_path),
+                                    _study_name(prof, workload, target_accuracy, seed, probe_iters))
         with console.status("planning…") as status:
             scored = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                       study=study, log=lambda m: status.update(f"planning: {m}"))
         result = optimizer.build_plan(scored, prof, str(profile_path), workload, data_dir, target_accuracy,
-                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"), implicit)
+                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         plan_mod.save(result, out_path)
     except ValueError as e:
         _fail(UserError(str(e)))
@@ -157,10 +146,9 @@ def _study_storage(plan_path: Path) -> str:
     return f"sqlite:///{plan_path.with_suffix('.study.db')}"
 
 
-def _study_name(prof, workload, target, seed, probe_iters, space) -> str:
+def _study_name(prof, workload, target, seed, probe_iters) -> str:
     """Everything a stored probe's outcome depends on; anything else starts a new study."""
-    return (f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|"
-            f"implicit={sorted((space.implicit or {}).items())}")
+    return f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|probes=2"
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):
@@ -179,7 +167,7 @@ def _space(target, protocol, groups, batch_size, lr, momentum):
     return optimizer.Space(
         protocols=(protocol,) if protocol else protocols.NAMES, groups=(groups,) if groups else None,
         batch_sizes=(batch_size,) if batch_size else optimizer.DEFAULT_BATCHES,
-        lrs=(lr,) if lr else optimizer.DEFAULT_LRS, momentum=momentum)
+        lrs=(lr,) if lr else None, momentum=momentum)
 
 
 def _candidates_table(result, rows: int = 12) -> Table:

@@ -1,15 +1,22 @@
 """Choose the configuration with the least predicted time to target: Omnivore's optimizer.
 
 time_to_target = sec_per_iter (hardware efficiency, perfmodel) × iters_to_target (statistical
-efficiency, probes). Every configuration is scored for hardware efficiency at once in numpy.
-Probes then follow Omnivore's loop (Hadjis et al. 2016, §4): start synchronous (g = 1) and tune
-the learning rate; for each larger g, tune momentum and learning rate around the previous
-optimum, skipping settings larger than it (optimal values shrink as staleness grows; the update
-batch too, Rudra's rule) and settings at least as large as one that diverged; stop adding groups
-when seconds per iteration stop improving by 10%. Each probe is capped at the iterations that
-could still beat the best time so far, and runs as an optuna trial (ask/tell) whose pruner stops
-it when it lags the others at the same predicted training time. Probing is injected (`Prober`),
-so this module starts no process and imports no torch.
+efficiency, probes). Every setup (layout, protocol variant, batch) is scored for hardware
+efficiency first. Probes then follow Omnivore's loop (Hadjis et al. 2016, §4):
+  1. Cold start, synchronous: momentum 0.9, learning rate over decades (0.1 … 0.0001, carried
+     on past an edge that wins), refined half a decade either side of the best, at a middle
+     batch; then every other batch at that rate and at the rate scaled with its update batch.
+  2. Each other protocol climbs its own ladder of rungs, least asynchronous first. A rung tries
+     momentum from Omnivore's grid (the rule's value mu* - (1 - 1/g) first) and the previous
+     rung's learning rate, a third and a tenth of it, skipping momenta and per-device batches
+     above the previous rung's optimum (they shrink with staleness; the batch is Rudra's rule).
+     Rudra's staleness-scaled step has its base rate raised by the mean staleness it divides by.
+  3. A ladder stops when a rung's samples per second, at the previous optimum's per-device
+     batch, are not 10% above the previous optimum's: asynchrony no longer buys hardware speed.
+Settings at least as large as one that diverged are skipped. Each probe is capped at the
+iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
+whose pruner stops it when it lags the others at the same predicted training time (study.py).
+Probing is injected (`Prober`), so this module starts no process and imports no torch.
 """
 
 from __future__ import annotations
@@ -19,12 +26,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
-from omnitune import protocols, statmodel
+from omnitune import protocols, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
-from omnitune.files import from_dict, to_dict
 from omnitune.perfmodel import PerfModel, Shape
 from omnitune.plan import SCHEMA_VERSION, Candidate, Plan, Prediction
 from omnitune.profile import Profile
@@ -34,11 +38,13 @@ from omnitune.statmodel import ProbeConfig, ProbeResult
 
 # (config, max_iters, on_eval) -> result; on_eval(iteration, accuracy) returns True to stop (prune)
 Prober = Callable[[ProbeConfig, int, Callable[[int, float], bool]], ProbeResult]
-DEFAULT_LRS = (0.1, 0.05, 0.02)
+LR_DECADES = (0.1, 0.01, 0.001, 0.0001)   # Omnivore's cold start
+LR_REFINE = (1 / 3, 3.0)                  # then about half a decade either side of the best
+RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
 DEFAULT_BATCHES = (8, 16, 32, 64, 128)
 MU_STAR = 0.9    # the synchronous optimum Omnivore starts from
 OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
-STOP_GAIN = 0.10  # add groups only while seconds per iteration improve by at least this much
+STOP_GAIN = 0.10  # climb a ladder only while samples per second improve by at least this much
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,9 @@ class Space:
     protocols: tuple[str, ...] = protocols.NAMES
     groups: tuple[int, ...] | None = None          # None: every g that splits the devices evenly
     batch_sizes: tuple[int, ...] = DEFAULT_BATCHES
-    lrs: tuple[float, ...] = DEFAULT_LRS
-    momentum: float | None = None                  # None: the rule MU_STAR - implicit, and OMNIVORE_MOMENTA
+    lrs: tuple[float, ...] | None = None           # None: search decades, then refine
+    momentum: float | None = None                  # None: the rule mu* - implicit, and OMNIVORE_MOMENTA
     layouts: tuple[str, ...] | None = None
-    implicit: dict[int, float] | None = None       # measured implicit momentum by g; else 1 - 1/g
 
 
 @dataclass(frozen=True)
@@ -66,9 +71,28 @@ class Config:
     def g(self) -> int:
         return len(self.groups)
 
-    def probe_config(self) -> ProbeConfig:
-        """What the probe must emulate: one update's batch, the step size, the asynchrony."""
-        return self.variant.emulation(self.batch * len(self.groups[0]), self.lr, self.momentum)
+
+@dataclass(frozen=True)
+class Setup:
+    """A configuration's hardware side: where and how it runs, and how fast (perfmodel)."""
+    layout: str
+    variant: Variant
+    groups: tuple[tuple[str, ...], ...]
+    batch: int                                     # per device (before balancing)
+    batches: tuple[tuple[int, ...], ...]           # per group, each device's batch (balanced or not)
+    sec_per_iter: float
+    staleness: tuple[int, ...] = ()                # measured by the profile's calibration job
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.variant.samples_per_update(self.batches) / self.sec_per_iter
+
+    def config(self, lr: float, momentum: float) -> Config:
+        return Config(self.layout, self.variant, self.groups, self.batch, lr, momentum)
+
+    def probe(self, lr: float, momentum: float) -> ProbeConfig:
+        """What a probe of this setup trains: configurations alike in it share statistical efficiency."""
+        return ProbeConfig(self.variant, self.batches, lr, momentum, self.staleness if self.variant.has_server else ())
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,7 @@ class Scored:
     config: Config
     sec_per_iter: float
     probe: ProbeResult | None = None
+    note: str = ""                                 # why it was not probed
 
     @property
     def iters(self) -> float | None:
@@ -86,17 +111,22 @@ class Scored:
         return None if self.iters is None else self.iters * self.sec_per_iter
 
 
-def enumerate_configs(profile: Profile, space: Space) -> list[Config]:
+def enumerate_setups(profile: Profile, space: Space) -> list[Setup]:
+    """Every layout × admitted variant × batch, scored for hardware efficiency."""
+    perf = PerfModel.from_profile(profile)
     out = []
     for layout, devices in profile.cluster.layouts.items():
         if space.layouts is not None and layout not in space.layouts:
             continue
-        batches = _batch_sizes(profile, devices, space)
         for v in protocols.admitted(len(devices), space.protocols, heterogeneous(profile, devices)):
             if space.groups is not None and v.groups not in space.groups:
                 continue
-            out += [Config(layout, v, v.group(devices), b, lr, mu)
-                    for mu in _momenta(space, v.asynchrony) for b in batches for lr in space.lrs]
+            groups = v.group(devices)
+            for b in _batch_sizes(profile, devices, space):
+                batch = device_batches(perf, v, groups, b)
+                sec = perf.sec_per_iter(Shape(groups, batch, v, layout))
+                out.append(Setup(layout, v, groups, b, tuple(tuple(batch[d] for d in g) for g in groups), sec,
+                                 measured_staleness(profile, layout, v, b)))
     return out
 
 
@@ -106,18 +136,28 @@ def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.
     return len(speeds) > 1 and min(speeds) < (1 - margin) * max(speeds)
 
 
-def device_batches(perf: PerfModel, c: Config) -> dict[str, int]:
+def device_batches(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...], batch: int) -> dict[str, int]:
     """Per-device batch sizes: equal, or balanced so that every member's step takes as long."""
-    if not c.variant.balanced:
-        return {d: c.batch for g in c.groups for d in g}
+    if not variant.balanced:
+        return {d: batch for g in groups for d in g}
     out = {}
-    for group in c.groups:
+    for group in groups:
         # t_d(b) near the nominal batch, as a line through t_d(b/2) and t_d(2b).
-        lo, hi = max(c.batch / 2, 1.0), 2.0 * c.batch
+        lo, hi = max(batch / 2, 1.0), 2.0 * batch
         beta = [max(float(perf.compute[d](hi) - perf.compute[d](lo)) / (hi - lo), 1e-12) for d in group]
-        alpha = [max(float(perf.compute[d](c.batch)) - b * c.batch, 0.0) for d, b in zip(group, beta)]
-        out.update(zip(group, equal_time_batches(alpha, beta, c.batch * len(group))))
+        alpha = [max(float(perf.compute[d](batch)) - b * batch, 0.0) for d, b in zip(group, beta)]
+        out.update(zip(group, equal_time_batches(alpha, beta, batch * len(group))))
     return out
+
+
+def measured_staleness(profile: Profile, layout: str, variant: Variant, batch: int) -> tuple[int, ...]:
+    """The staleness histogram the profile's calibration job of this variant measured, at the
+    batch nearest this one; () when there is none."""
+    cals = [c for c in profile.calibration if (c.layout, c.protocol, c.groups) == (layout, variant.key, variant.groups)
+            and c.staleness]
+    if not cals:
+        return ()
+    return min(cals, key=lambda c: abs(math.log(c.batch_size / batch))).staleness
 
 
 def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> list[int]:
@@ -126,117 +166,201 @@ def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> li
     return [b for b in space.batch_sizes if b <= largest]
 
 
-def _momenta(space: Space, g: int) -> list[float]:
-    """Explicit momenta to consider for g groups: the rule's value first, then Omnivore's grid."""
-    if space.momentum is not None:
-        return [space.momentum]
-    rule = round(statmodel.explicit_momentum(MU_STAR, g, (space.implicit or {}).get(g)), 4)
-    return [rule] if g == 1 else list(dict.fromkeys([rule, *OMNIVORE_MOMENTA]))
-
-
-def shape_of(perf: PerfModel, c: Config) -> Shape:
-    return Shape(c.groups, device_batches(perf, c), c.variant, c.layout)
-
-
-def hardware_scores(perf: PerfModel, configs: list[Config]) -> np.ndarray:
-    """Predicted seconds per iteration of every configuration."""
-    return np.array([perf.sec_per_iter(shape_of(perf, c)) for c in configs])
-
-
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 3000,
            budget_s: float = 120.0, study=None, log: Callable[[str], None] = lambda m: None) -> list[Scored]:
-    """Score every configuration; probe statistical efficiency where it could still win.
+    """Score every setup; probe statistical efficiency where it could still win.
 
     `study` is an optuna study (in memory when None); probes it already holds are reused, so an
-    interrupted search resumes. Returns all configurations, best predicted time to target first
-    (unprobed ones last).
+    interrupted search resumes. Returns every configuration considered, best predicted time to
+    target first (unprobed ones last).
     """
-    configs = enumerate_configs(profile, space)
-    if not configs:
+    setups = enumerate_setups(profile, space)
+    if not setups:
         raise ValueError(f"no configuration fits the pinned options (protocols {space.protocols}, groups "
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
-    sec = hardware_scores(PerfModel.from_profile(profile), configs)
-    # Configurations that share a probe configuration share statistical efficiency.
-    fastest: dict[ProbeConfig, float] = {}
-    for c, t in zip(configs, sec):
-        pc = c.probe_config()
-        fastest[pc] = min(fastest.get(pc, math.inf), float(t))
-    loop = OmnivoreLoop(fastest, prober, study or new_study(), max_probe_iters, budget_s, log)
-    results = loop.run()
-    scored = [Scored(c, float(t), results.get(c.probe_config())) for c, t in zip(configs, sec)]
-    return sorted(scored, key=lambda s: (s.time_to_target_s is None, s.time_to_target_s or 0.0, s.sec_per_iter))
-
-
-def new_study(storage: str | None = None, name: str = "omnitune"):
-    """An optuna study for probes: minimise predicted time, median pruning at equal training time."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
-    return optuna.create_study(storage=storage, study_name=name, direction="minimize", pruner=pruner,
-                               load_if_exists=True)
+    loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log)
+    return loop.run()
 
 
 class OmnivoreLoop:
-    """Omnivore's search over g, with capped, prunable probes recorded in an optuna study."""
+    """Omnivore's search: a cold start, then a ladder per protocol, with capped, prunable probes
+    recorded in an optuna study."""
 
-    def __init__(self, fastest: dict[ProbeConfig, float], prober: Prober, study, max_probe_iters: int,
+    def __init__(self, setups: list[Setup], space: Space, prober: Prober, study, max_probe_iters: int,
                  budget_s: float, log: Callable[[str], None]):
-        self.fastest, self.prober, self.study = fastest, prober, study
+        self.setups, self.space, self.prober, self.study = setups, space, prober, study
         self.max_iters, self.budget_s, self.log = max_probe_iters, budget_s, log
-        self.results: dict[ProbeConfig, ProbeResult] = stored_results(study)
+        self.results: dict[ProbeConfig, ProbeResult] = study_mod.stored_results(study)
         self.best = math.inf
         self.diverged: list[ProbeConfig] = []
+        self.tried: dict[tuple[Setup, float, float], str] = {}     # every (setup, lr, momentum) considered
         self.start = time.perf_counter()
         # Probes report accuracy on a shared clock of predicted training time (for the pruner).
-        self.tick_s = min(fastest.values()) * 50
+        self.tick_s = min(s.sec_per_iter for s in setups) * 50
 
-    def run(self) -> dict[ProbeConfig, ProbeResult]:
-        prev: ProbeConfig | None = None          # the best configuration of the previous g
-        for g in sorted({pc.groups for pc in self.fastest}):
-            mine = [pc for pc in self.fastest if pc.groups == g and (prev is None or not larger(pc, prev))]
-            if not mine:
-                break
-            if prev is not None:
-                g_sec, prev_sec = min(self.fastest[pc] for pc in mine), self.fastest[prev]
-                if g_sec > (1 - STOP_GAIN) * prev_sec:
-                    self.log(f"g={g}: {g_sec * 1e3:.2f} ms/iteration is not {STOP_GAIN:.0%} better than "
-                             f"{prev_sec * 1e3:.2f} ms at g={prev.groups}: stop adding groups")
+    def run(self) -> list[Scored]:
+        root, ladders = protocols.ladders(list(dict.fromkeys(s.variant for s in self.setups)))
+        base = self.cold_start(self.among(root)) if root else None
+        for ladder in ladders:
+            prev = base
+            for k, rung in enumerate(ladder):
+                setups = self.among(rung)
+                if prev is None:                   # no synchronous root in the space: start here
+                    prev = self.cold_start(setups)
+                    continue
+                reason = self.saturated(setups, prev)
+                if reason:
+                    self.log(reason)
+                    for later in ladder[k:]:
+                        self.skip(self.among(later), prev, f"not probed: {reason}")
                     break
-            prev = self.tune(g, mine) or prev
-        return self.results
+                prev = self.climb(setups, prev) or prev
+        return self.scored()
 
-    def tune(self, g: int, candidates: list[ProbeConfig]) -> ProbeConfig | None:
-        """Probe g's candidates, highest throughput first; return the best one that reached."""
-        for pc in sorted(candidates, key=lambda pc: -pc.batch / self.fastest[pc]):
-            if time.perf_counter() - self.start > self.budget_s:
-                self.log(f"planning budget of {self.budget_s:.0f}s spent; stopping the search")
+    def among(self, variants: list[Variant]) -> list[Setup]:
+        return [s for s in self.setups if s.variant in variants]
+
+    def rates(self, s: Setup, effective: list[float]) -> list[float]:
+        """Learning rates to try on `s`: pinned ones as given, else these effective steps times the
+        variant's lr_gain (Rudra's staleness-scaled step gets its base rate raised)."""
+        if self.space.lrs is not None:
+            return list(self.space.lrs)
+        return [float(f"{lr * s.variant.lr_gain:.3g}") for lr in effective]
+
+    def momenta(self, v: Variant, ceiling: float | None = None) -> list[float]:
+        """The rule's explicit momentum mu* - (1 - 1/g); with a ceiling, then Omnivore's grid, none
+        above it."""
+        if self.space.momentum is not None:
+            return [self.space.momentum]
+        rule = v.rule_momentum(MU_STAR)
+        if ceiling is None:
+            return [rule]
+        return [m for m in dict.fromkeys([rule, *OMNIVORE_MOMENTA]) if m <= ceiling]
+
+    def cold_start(self, setups: list[Setup]) -> Scored | None:
+        """Learning rate over decades at a reference setup (the middle batch, fastest), refined;
+        then every other setup at the best rate and at the rate scaled with its update batch."""
+        if not setups:
+            return None
+        middle = sorted(self.space.batch_sizes)[len(self.space.batch_sizes) // 2]
+        ref = max(setups, key=lambda s: (-abs(math.log(s.batch / middle)), s.samples_per_s))
+        best = self.decades(ref)
+        ref_samples = ref.variant.samples_per_update(ref.batches)
+        for s in sorted(setups, key=lambda s: -s.samples_per_s):
+            scale = s.variant.samples_per_update(s.batches) / ref_samples
+            effective = [best] if best is None or scale == 1 else [best, best * scale]
+            for lr in self.rates(s, [] if best is None else effective):
+                self.probe(s, lr, self.momenta(s.variant)[0])
+        return self.best_of(setups)
+
+    def decades(self, ref: Setup) -> float | None:
+        """The best effective learning rate at `ref`: decades, carried on past a winning edge,
+        then half a decade either side of the best."""
+        mu = self.momenta(ref.variant)[0]
+        if self.space.lrs is not None:
+            for lr in self.space.lrs:
+                self.probe(ref, lr, mu)
+            return None
+        tried = list(LR_DECADES)
+        for lr in tried:
+            self.probe(ref, self.rates(ref, [lr])[0], mu)
+        best = self.best_rate(ref, mu, tried)
+        while best is not None and (best == max(tried) < 1 or best == min(tried) > 1e-6):
+            edge = best * 10 if best == max(tried) else best / 10
+            tried.append(edge)
+            self.probe(ref, self.rates(ref, [edge])[0], mu)
+            if self.best_rate(ref, mu, tried) != edge:
                 break
-            if any(not larger(d, pc) and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
-                continue                       # at least as large as a setting that diverged
-            r = self.results.get(pc) or self.probe(pc)
-            if r is None:
-                continue
-            if r.note == "diverged":
-                self.diverged.append(pc)
-            if r.iters_to_target is not None:
-                self.best = min(self.best, r.iters_to_target * self.fastest[pc])
-        done = [pc for pc in candidates if pc in self.results and self.results[pc].iters_to_target is not None]
-        return min(done, key=lambda pc: self.results[pc].iters_to_target * self.fastest[pc], default=None)
+            best = edge
+        if best is None:
+            return None
+        for f in LR_REFINE:
+            tried.append(float(f"{best * f:.2g}"))
+            self.probe(ref, self.rates(ref, [tried[-1]])[0], mu)
+        return self.best_rate(ref, mu, tried)
 
-    def probe(self, pc: ProbeConfig) -> ProbeResult | None:
-        cap = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / self.fastest[pc]))
+    def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
+        done = [(t, lr) for lr in effective if (t := self.time_of(s, self.rates(s, [lr])[0], mu)) is not None]
+        return min(done)[1] if done else None
+
+    def climb(self, setups: list[Setup], prev: Scored) -> Scored | None:
+        """One rung: the previous optimum's per-device batch and the next smaller (Rudra), momenta
+        no larger than its, and its step, a third and a tenth of it; closest to it first."""
+        pc = prev.config
+        sizes = sorted({s.batch for s in setups if s.batch <= pc.batch}, reverse=True)[:2]
+        near = sorted((s for s in setups if s.batch in sizes), key=lambda s: (-s.batch, -s.samples_per_s))
+        step = pc.lr / pc.variant.lr_gain
+        for s in near:
+            for lr in self.rates(s, [step * f for f in RUNG_LRS]):
+                for mu in self.momenta(s.variant, pc.momentum):
+                    self.probe(s, lr, mu)
+        self.skip([s for s in setups if s.batch not in sizes], prev,
+                  f"not probed: batch not the previous optimum's {pc.batch} or the next below it (Rudra)")
+        return self.best_of(setups)
+
+    def saturated(self, setups: list[Setup], prev: Scored) -> str:
+        """Why the ladder stops here ("" if it does not): samples per second at the previous
+        optimum's per-device batch are not STOP_GAIN above the previous optimum's."""
+        pc = prev.config
+        before = next(s for s in self.setups if s.config(pc.lr, pc.momentum) == pc)
+        same = [s for s in setups if s.batch == pc.batch] or setups
+        after = max(same, key=lambda s: (s.layout == pc.layout, s.samples_per_s))
+        if after.samples_per_s >= (1 + STOP_GAIN) * before.samples_per_s:
+            return ""
+        return (f"{after.variant.label} gives {after.samples_per_s:,.0f} samples/s at batch {after.batch}, not "
+                f"{STOP_GAIN:.0%} above {before.samples_per_s:,.0f} of {pc.variant.label}: stop adding asynchrony")
+
+    def time_of(self, s: Setup, lr: float, mu: float) -> float | None:
+        r = self.results.get(s.probe(lr, mu))
+        return None if r is None or r.iters_to_target is None else r.iters_to_target * s.sec_per_iter
+
+    def best_of(self, setups: list[Setup]) -> Scored | None:
+        done = [(t, s, lr, mu) for (s, lr, mu), note in self.tried.items()
+                if s in setups and not note and (t := self.time_of(s, lr, mu)) is not None]
+        if not done:
+            return None
+        _, s, lr, mu = min(done, key=lambda d: d[0])
+        return Scored(s.config(lr, mu), s.sec_per_iter, self.results[s.probe(lr, mu)])
+
+    def skip(self, setups: list[Setup], prev: Scored, note: str) -> None:
+        for s in setups:
+            self.tried.setdefault((s, prev.config.lr, s.variant.rule_momentum(MU_STAR)), note)
+
+    def probe(self, s: Setup, lr: float, mu: float) -> ProbeResult | None:
+        key = (s, lr, mu)
+        pc = s.probe(lr, mu)
+        if key in self.tried:
+            return self.results.get(pc)
+        if time.perf_counter() - self.start > self.budget_s and pc not in self.results:
+            self.tried[key] = f"not probed: planning budget of {self.budget_s:.0f}s spent"
+            return None
+        if any(d.variant == pc.variant and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
+            self.tried[key] = "not probed: at least as large as a setting that diverged"
+            return None
+        r = self.results.get(pc) or self.run_probe(pc, s.sec_per_iter)
+        if r is None:
+            self.tried[key] = f"not probed: cannot beat {self.best:.2f}s"
+            return None
+        self.tried[key] = ""
+        if r.note == "diverged":
+            self.diverged.append(pc)
+        if r.iters_to_target is not None:
+            self.best = min(self.best, r.iters_to_target * s.sec_per_iter)
+        return r
+
+    def run_probe(self, pc: ProbeConfig, sec: float) -> ProbeResult | None:
+        cap = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
         if cap < 1:
             return None
-        trial = self._ask(pc)
+        trial = study_mod.ask(self.study, pc)
         reported = {"step": -1}
 
         def on_eval(iteration: int, accuracy: float) -> bool:
-            step = int(iteration * self.fastest[pc] / self.tick_s)
+            step = int(iteration * sec / self.tick_s)
             if step <= reported["step"]:
                 return False
-            for s in range(reported["step"] + 1, step + 1):        # carry forward over skipped ticks
-                trial.report(1.0 - accuracy, s)
+            for t in range(reported["step"] + 1, step + 1):        # carry forward over skipped ticks
+                trial.report(1.0 - accuracy, t)
             reported["step"] = step
             return trial.should_prune()
         r = self.prober(pc, cap, on_eval)
@@ -245,68 +369,35 @@ class OmnivoreLoop:
         elif cap < self.max_iters and not r.reached and r.note != "diverged" \
                 and (r.iters_to_target is None or r.iters_to_target > cap):
             r = replace(r, iters_to_target=None, note=f"cannot beat {self.best:.2f}s in {cap} iterations")
-        self._tell(trial, pc, r)
+        study_mod.tell(self.study, trial, r, sec)
         self.results[pc] = r
-        self.log(f"probe g={pc.groups} batch={pc.batch} lr={pc.lr} momentum={pc.momentum}: {r.note}")
+        self.log(f"probe {pc.variant.label} batches={pc.batches} lr={pc.lr:.3g} momentum={pc.momentum}: {r.note}")
         return r
 
-    def _ask(self, pc: ProbeConfig):
-        """A trial whose parameters are this probe's (enqueued, so the sampler draws nothing)."""
-        self.study.enqueue_trial(probe_params(pc))
-        return self.study.ask(probe_distributions())
-
-    def _tell(self, trial, pc: ProbeConfig, r: ProbeResult) -> None:
-        from optuna.trial import TrialState
-
-        trial.set_user_attr("probe", to_dict(r))
-        if r.note.startswith("pruned"):
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            time_s = r.iters_to_target * self.fastest[pc] if r.iters_to_target is not None else NOT_REACHED
-            self.study.tell(trial, time_s)
+    def scored(self) -> list[Scored]:
+        """Every configuration considered, probed or not, and every setup never reached."""
+        out = [Scored(s.config(lr, mu), s.sec_per_iter, self.results.get(s.probe(lr, mu)) if not note else None,
+                      note) for (s, lr, mu), note in self.tried.items()]
+        out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, x.sec_per_iter))
+        reached = {s for s, _, _ in self.tried}
+        lr = out[0].config.lr if out else LR_DECADES[0]
+        out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
+                for s in self.setups if s not in reached]
+        return out
 
 
-NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
-
-
-def larger(pc: ProbeConfig, ref: ProbeConfig) -> bool:
-    """Any of learning rate, momentum or update batch above `ref`'s (values only shrink with g)."""
-    return pc.lr > ref.lr or pc.momentum > ref.momentum or pc.batch > ref.batch
-
-
-def probe_distributions() -> dict:
-    from optuna.distributions import FloatDistribution, IntDistribution
-    return {"batch": IntDistribution(1, 1 << 24), "lr": FloatDistribution(1e-9, 1e3, log=True),
-            "momentum": FloatDistribution(-0.999, 0.999), "groups": IntDistribution(1, 1 << 16)}
-
-
-def probe_params(pc: ProbeConfig) -> dict:
-    return {"batch": pc.batch, "lr": pc.lr, "momentum": pc.momentum, "groups": pc.groups}
-
-
-def stored_results(study) -> dict[ProbeConfig, ProbeResult]:
-    """Probe results an earlier (perhaps interrupted) search left in the study."""
-    out = {}
-    for t in study.get_trials(deepcopy=False):
-        if "probe" in t.user_attrs:
-            r = from_dict(ProbeResult, t.user_attrs["probe"], f"study trial {t.number}")
-            out[r.config] = r
-    return out
-
-
-def candidate_rows(scored: list[Scored], implicit: dict[int, float] | None = None) -> tuple[Candidate, ...]:
+def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
     """The plan file's record of every configuration considered."""
     return tuple(Candidate(
         layout=s.config.layout, variant=s.config.variant, batch_size=s.config.batch, lr=s.config.lr,
-        momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(implicit),
+        momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
-        note=s.probe.note if s.probe else "not probed",
+        note=s.probe.note if s.probe else (s.note or "not probed"),
         iters_band=tuple(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
 
 
 def build_plan(scored: list[Scored], profile: Profile, profile_path: str, workload: str,
-               data_dir: str | None, target: float, seed: int, created_at: str,
-               implicit: dict[int, float] | None = None) -> Plan:
+               data_dir: str | None, target: float, seed: int, created_at: str) -> Plan:
     """The winning configuration as a Plan; a clear error when no probe reached the target."""
     best = scored[0]
     if best.time_to_target_s is None:
@@ -318,12 +409,13 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
     cluster = profile.cluster
     spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=device_batches(PerfModel.from_profile(profile), c), lr=c.lr, momentum=c.momentum,
+                   batch_size=device_batches(PerfModel.from_profile(profile), c.variant, c.groups, c.batch),
+                   lr=c.lr, momentum=c.momentum,
                    seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)
     return Plan(
         schema_version=SCHEMA_VERSION, spec=spec, layout=c.layout,
-        implicit_momentum=c.variant.implicit_momentum(implicit),
+        implicit_momentum=c.variant.implicit_momentum(),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
-        candidates=candidate_rows(scored, implicit), profile=profile_path, created_at=created_at)
+        candidates=candidate_rows(scored), profile=profile_path, created_at=created_at)

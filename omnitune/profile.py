@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from omnitune.cluster import Cluster
 from omnitune.files import atomic_write_json, load_versioned, to_dict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2          # 2 added calibration staleness; version-1 files load as they are
 
 
 def _positive(x: float) -> bool:
@@ -90,6 +90,7 @@ class Calibration:
     groups: int
     batch_size: int           # per device
     sec_per_iter: float       # measured: training time / model updates
+    staleness: tuple[int, ...] = ()   # measured: staleness[t] gradients applied t updates late
 
     def __post_init__(self):
         if self.groups < 1 or self.batch_size < 1 or not _positive(self.sec_per_iter):
@@ -146,4 +147,4 @@ def save(profile: Profile, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    return load_versioned(path, Profile, supported=(1,))
+    return load_versioned(path, Profile, supported=(1, SCHEMA_VERSION))

@@ -7,8 +7,9 @@ one protocol's whole story:
     validate(group_sizes)      which groupings of devices it takes
     has_server                 whether a parameter-server process joins the workers
     gradients_per_update       how many gradients the server sums into one update
+    samples_per_update(b)      the samples one iteration (the runtime's unit) consumes
     sec_per_update(costs)      its hardware-efficiency equation (perfmodel supplies the costs)
-    emulation(b, lr, mu)       how a single-process probe stands in for its statistics
+    asynchrony                 the g of Omnivore's rule for explicit momentum, mu* - (1 - 1/g)
     less_asynchronous(n)       what re-planning falls back to when asynchrony gives too much momentum
 and `admitted(n, names)` lists the variants that n devices admit. Pure: no torch, files or processes.
 
@@ -26,9 +27,6 @@ import math
 import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
-
-from omnitune import statmodel
-from omnitune.statmodel import ProbeConfig
 
 GOSSIP_PERIODS = (1, 4)        # the periods the planner tries
 
@@ -118,19 +116,39 @@ class Variant:
     def sec_per_update(self, c: Costs) -> float:
         raise NotImplementedError
 
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        """The single-process stand-in for this protocol's statistics: update batch and staleness.
-        `group_batch` is the first group's minibatch."""
-        raise NotImplementedError
+    def samples_per_update(self, batches: tuple[tuple[int, ...], ...]) -> float:
+        """Samples one iteration consumes, from each group's per-device batches. An iteration is
+        the runtime's unit: a model update, or with no server a step of every replica."""
+        return float(sum(map(sum, batches)))
 
     @property
-    def asynchrony(self) -> int:
-        """The number of asynchronous groups the probes emulate (the g of 1 - 1/g)."""
-        return self.emulation(1, 1.0, 0.0).groups
+    def asynchrony(self) -> float:
+        """The g of the rule 1 - 1/g: updates a gradient's information takes to arrive, plus one,
+        in the steady state of equal speeds. Only the rule uses it; probes train the protocol."""
+        return 1.0
 
-    def implicit_momentum(self, measured: dict[int, float] | None = None) -> float:
-        """Momentum that asynchrony adds: measured for this g where given, else 1 - 1/g."""
-        return (measured or {}).get(self.asynchrony, statmodel.implicit_momentum(self.asynchrony))
+    def implicit_momentum(self) -> float:
+        """Momentum that asynchrony adds by the rule (Mitliagkas et al. 2016): 1 - 1/g."""
+        return 1.0 - 1.0 / self.asynchrony
+
+    def rule_momentum(self, mu_star: float) -> float:
+        """The explicit momentum that keeps the total at the synchronous optimum mu*; may be zero
+        or negative (Omnivore)."""
+        return round(mu_star - self.implicit_momentum(), 4)
+
+    @property
+    def eval_period(self) -> int:
+        """Iterations between the states that are evaluated: the model a run reports is the
+        coordinator's right after such an iteration (gossip: its pairwise average), so the
+        runtime and the probes evaluate it only there."""
+        return 1
+
+    @property
+    def lr_gain(self) -> float:
+        """How much larger the base learning rate is than the step a gradient actually gets:
+        Rudra's rule divides each step by its staleness, so its base rate is tuned this much
+        higher."""
+        return 1.0
 
     def less_asynchronous(self, n_devices: int) -> Variant | None:
         """Omnivore's fall-back when re-tuning finds the best explicit momentum is zero: the same
@@ -151,9 +169,6 @@ class Sync(Variant):
 
     def sec_per_update(self, c: Costs) -> float:
         return c.group_steps[0]
-
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        return ProbeConfig(group_batch, lr, momentum, 1)
 
     @classmethod
     def admitted(cls, n_devices: int) -> list[Variant]:
@@ -177,8 +192,12 @@ class Groups(Variant):
     def sec_per_update(self, c: Costs) -> float:
         return 1.0 / _server_rate(c, 1)
 
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        return ProbeConfig(group_batch, lr, momentum, self.groups)
+    def samples_per_update(self, batches: tuple[tuple[int, ...], ...]) -> float:
+        return sum(map(sum, batches)) / len(batches)         # one group's gradient per update
+
+    @property
+    def asynchrony(self) -> float:
+        return float(self.g)                                # g - 1 updates between a read and its apply
 
     def less_asynchronous(self, n_devices: int) -> Variant | None:
         """The next smaller g that splits the devices evenly; g = 1 is sync."""
@@ -227,12 +246,16 @@ class SoftSync(Variant):
             return max(c.group_steps)
         return 1.0 / _server_rate(c, self.gradients_per_update)
 
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        """ceil(learners/n) gradients per update, staleness about learners/that - 1, steps
-        divided by staleness (Rudra)."""
-        per_update = self.gradients_per_update
-        return ProbeConfig(per_update * group_batch, lr, momentum, max(1, round(self.learners / per_update)),
-                           self.scale_lr_by_staleness)
+    def samples_per_update(self, batches: tuple[tuple[int, ...], ...]) -> float:
+        return self.gradients_per_update * sum(map(sum, batches)) / len(batches)
+
+    @property
+    def asynchrony(self) -> float:
+        return self.learners / self.gradients_per_update    # updates in one round of every learner
+
+    @property
+    def lr_gain(self) -> float:
+        return max(1.0, self.asynchrony - 1.0) if self.scale_lr_by_staleness else 1.0
 
     def less_asynchronous(self, n_devices: int) -> Variant | None:
         """Half as many updates per round of gradients (smaller n); n = 1 is as synchronous as
@@ -256,8 +279,9 @@ class HPSGD(Variant):
     def sec_per_update(self, c: Costs) -> float:
         return max(c.compute, c.allreduce)      # the all-reduce hides behind the next step
 
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        return ProbeConfig(group_batch, lr, momentum, 2)
+    @property
+    def asynchrony(self) -> float:
+        return 2.0                              # the others' changes arrive one step late
 
     def less_asynchronous(self, n_devices: int) -> Variant | None:
         return Sync(balanced=self.balanced)
@@ -282,10 +306,9 @@ class Gossip(Variant):
     def sec_per_update(self, c: Costs) -> float:
         return c.compute + c.round_trip / self.every     # a pairwise exchange every `every` steps
 
-    def emulation(self, group_batch: int, lr: float, momentum: float) -> ProbeConfig:
-        """Approximated as the whole batch with staleness about `every` (a worker sees the
-        others' gradients only through averaging)."""
-        return ProbeConfig(group_batch, lr, momentum, 1 + self.every)
+    @property
+    def eval_period(self) -> int:
+        return self.every          # between averagings a replica drifts alone: 0.92 against 0.98 on lenet
 
     def less_asynchronous(self, n_devices: int) -> Variant | None:
         return replace(self, every=self.every // 2) if self.every > 1 else None
@@ -308,6 +331,20 @@ def admitted(n_devices: int, names: tuple[str, ...] = NAMES, heterogeneous: bool
             if heterogeneous and n_devices // v.groups > 1:
                 out.append(replace(v, balanced=True))
     return out
+
+
+def ladders(variants: list[Variant]) -> tuple[list[Variant], list[list[list[Variant]]]]:
+    """Omnivore's search order: the synchronous variants (the root), then for each other
+    protocol its rungs, from least to most asynchronous, each rung holding the variants of
+    equal asynchrony (balanced or not)."""
+    root = [v for v in variants if isinstance(v, Sync)]
+    out = []
+    for kind in Variant.kinds().values():
+        mine = [v for v in variants if type(v) is kind and kind is not Sync]
+        levels = sorted({v.asynchrony for v in mine})
+        if mine:
+            out.append([[v for v in mine if v.asynchrony == a] for a in levels])
+    return root, out
 
 
 def from_key(key: str, groups: int) -> Variant:

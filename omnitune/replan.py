@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from omnitune import statmodel
 from omnitune.optimizer import MU_STAR, OMNIVORE_MOMENTA
 from omnitune.runspec import RunSpec
 
@@ -33,4 +32,4 @@ def retuned(spec: RunSpec, scores: list[tuple[float, float, float]]) -> RunSpec:
     if fewer is None:
         return replace(spec, lr=lr, momentum=momentum)
     return replace(spec, variant=fewer, groups=fewer.group(spec.device_ids), lr=lr,
-                   momentum=round(statmodel.explicit_momentum(MU_STAR, fewer.asynchrony), 4))
+                   momentum=fewer.rule_momentum(MU_STAR))

@@ -1,13 +1,11 @@
-"""Statistical efficiency: how many iterations a configuration needs to reach the target.
+"""Statistical efficiency: how many iterations a configuration needs to reach the target, read
+off a probe's accuracy curve. Pure: numpy only.
 
 Notation:
-    g        number of compute groups updating one model asynchronously
-    tau      staleness of a gradient: server updates between the read of the weights it was
-             computed on and its application
-    mu       explicit momentum;  mu_implicit = 1 - 1/g  (Mitliagkas et al. 2016)
-Under the queueing model of asynchrony with g groups, P(tau = l) = (1/g)(1 - 1/g)^l, so the
-expected update carries momentum 1 - 1/g. To keep total momentum at the synchronous optimum
-mu*, the explicit momentum is about mu* - (1 - 1/g). Pure: numpy and scipy only.
+    t        iterations: model updates, or with no server steps of every replica (the runtime's unit)
+    a(t)     test accuracy after t iterations
+A probe that stops short of the target is extrapolated with a power law in the error,
+1 - a(t) = A t^(-c), fitted to the curve's second half and trusted up to 10× the probe's length.
 """
 
 from __future__ import annotations
@@ -17,32 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def implicit_momentum(groups: int) -> float:
-    return 1.0 - 1.0 / groups
-
-
-def explicit_momentum(mu_star: float, groups: int, measured_implicit: float | None = None) -> float:
-    """Explicit momentum that keeps total momentum at `mu_star`; may be zero or negative."""
-    implicit = measured_implicit if measured_implicit is not None else implicit_momentum(groups)
-    return mu_star - implicit
-
-
-def staleness_probs(groups: int, max_tau: int) -> np.ndarray:
-    """P(tau = l) for l = 0..max_tau, geometric, renormalised after truncation."""
-    if groups <= 1:
-        p = np.zeros(max_tau + 1)
-        p[0] = 1.0
-        return p
-    q = 1.0 - 1.0 / groups
-    p = (1.0 / groups) * q ** np.arange(max_tau + 1)
-    return p / p.sum()
-
-
-def draw_staleness(rng: np.random.Generator, groups: int, n: int) -> np.ndarray:
-    """n staleness draws for g groups (mean about g - 1)."""
-    max_tau = 1 if groups <= 1 else int(math.ceil(10 * groups))
-    return rng.choice(max_tau + 1, size=n, p=staleness_probs(groups, max_tau))
+from omnitune.protocols import Variant
 
 
 def iters_to_target(iters: np.ndarray, accuracy: np.ndarray, target: float) -> float | None:
@@ -109,11 +82,23 @@ def iters_interval(iters: np.ndarray, accuracy: np.ndarray, target: float) -> tu
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    batch: int          # samples per update (the whole group's minibatch)
+    """What a probe trains: the protocol's own update rule on virtual workers, one per device."""
+    variant: Variant
+    batches: tuple[tuple[int, ...], ...]     # per compute group, each device's batch
     lr: float
-    momentum: float     # explicit
-    groups: int         # emulated asynchrony
-    scale_by_staleness: bool = False   # each gradient's step divided by its staleness (Rudra)
+    momentum: float                          # explicit
+    # Server protocols: the measured staleness histogram to sample (staleness[t] gradients t
+    # updates old), from the profile's calibration job; empty: the schedule of equal speeds.
+    staleness: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not self.batches or any(not g or min(g) < 1 for g in self.batches):
+            raise ValueError(f"probe: every group needs devices with batch >= 1, got {self.batches}")
+        self.variant.validate(tuple(len(g) for g in self.batches))
+
+    @property
+    def samples_per_update(self) -> float:
+        return self.variant.samples_per_update(self.batches)
 
 
 @dataclass(frozen=True)

@@ -62,3 +62,18 @@ def make_plan(path: Path, protocol: str, groups, **kw) -> Path:
                 implicit_momentum=spec.variant.implicit_momentum())
     plan_mod.save(p, path)
     return path
+
+
+def many_workers_profile(sample, n: int, tmp_path: Path):
+    """The sample profile's cpu0 measurements for each of n one-thread workers of a cluster spec
+    (layout "cluster")."""
+    from dataclasses import replace
+
+    from omnitune.cluster import load_cluster
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [" + ", ".join(["1"] * n) + "]\n")
+    cluster = load_cluster(spec)
+    cpu0 = sample.device("cpu0")
+    devices = tuple(replace(cpu0, device_id=d.id) for d in cluster.devices)
+    return replace(sample, cluster=cluster, devices=devices, calibration=())

@@ -1,6 +1,6 @@
 """The package's dependencies point one way, read from its source:
 
-    cli -> planning (optimizer, probe, profiler, replan, report) -> runtime -> core
+    cli -> planning (optimizer, emulator, probe, profiler, replan, report) -> runtime -> core
                                                                  -> core
 
 The core (protocols, the models, the file schemas) is pure: no torch, no processes. The runtime
@@ -20,8 +20,8 @@ PACKAGE = Path(__file__).parent.parent / "omnitune"
 
 CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel",
         "balance"}
-PLANNING = {"optimizer", "probe", "profiler", "replan", "report"}
-PURE_PLANNING = {"optimizer", "replan"}     # planning that imports only the core: no torch
+PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report"}
+PURE_PLANNING = {"optimizer", "study", "replan"}     # planning that imports only the core: no torch
 
 
 def layer(module: str) -> str:

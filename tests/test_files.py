@@ -68,3 +68,17 @@ def test_failed_write_leaves_old_file(tmp_path):
 
 def test_from_dict_union():
     assert from_dict(Outer, {"schema_version": 1, "name": "n", "inner": [], "maybe": 2}, "w").maybe == 2.0
+
+
+def test_written_files_have_a_plain_files_mode(tmp_path):
+    """Not the private mode of the temporary file they were renamed from."""
+    import os
+    import stat
+
+    from omnitune.files import atomic_write_json
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o644

@@ -1,5 +1,7 @@
 """Each protocol's training loop, in real runs over gloo on digits: what it does, measured."""
 
+import json
+
 import pytest
 import torch
 
@@ -44,6 +46,10 @@ def test_gossip_averaging_brings_the_workers_together(tmp_path):
     # Each averaging follows 2 local steps, or a multiple when the worker sat out rounds before.
     drift = [t for t, n in enumerate(often.staleness) if n]
     assert drift[0] == 2 and all(t % 2 == 0 for t in drift)
+    # The coordinator is evaluated only right after a round, as the probes evaluate it.
+    for name, every in (("often", 2), ("rarely", 64)):
+        lines = (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()
+        assert lines and all(json.loads(x)["iteration"] % every == 0 for x in lines), name
 
 
 def test_batches_follow_throughput(tmp_path):
@@ -62,14 +68,15 @@ def test_hpsgd_overlaps_communication_with_compute(tmp_path):
 
 def test_batchnorm_statistics_reach_the_evaluated_and_checkpointed_model(tmp_path):
     """Inputs far from BatchNorm's initial statistics: a model evaluated with statistics that
-    never moved scores near chance (groups ended at 0.29 before they travelled). Sync is the
-    yardstick; the checkpoint must evaluate as the run's last evaluation did."""
+    never moved scores near chance (groups ended at 0.29 before they travelled). Every protocol
+    reaches the target sync reaches (runs stop at the target, so final accuracies, taken a few
+    steps past the evaluation that found it, are not compared with each other); the checkpoint must evaluate as the run's last
+    evaluation did."""
     kw = dict(workload="bncnn-digits", momentum=0.5, target=0.9, max_time_s=30)
-    sync = run(tmp_path / "sync", "sync", [["cpu0", "cpu1"]], **kw)
-    for protocol, groups in (("groups", [["cpu0"], ["cpu1"]]), ("hpsgd", [["cpu0", "cpu1"]]),
-                             ("gossip", [["cpu0", "cpu1"]])):
+    for protocol, groups in (("sync", [["cpu0", "cpu1"]]), ("groups", [["cpu0"], ["cpu1"]]),
+                             ("hpsgd", [["cpu0", "cpu1"]]), ("gossip", [["cpu0", "cpu1"]])):
         s = run(tmp_path / protocol, protocol, groups, **kw)
-        assert s.final_accuracy >= sync.final_accuracy - 0.05, protocol
+        assert s.reached_target and s.final_accuracy >= kw["target"] - 0.05, protocol    # not ~0.1-0.3
         assert checkpoint_accuracy(tmp_path / protocol / "run") == pytest.approx(s.final_accuracy), protocol
 
 

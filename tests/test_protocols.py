@@ -65,15 +65,30 @@ def test_hardware_equations():
     assert Gossip(every=4).sec_per_update(c) == pytest.approx(0.5 + 0.4 / 4)
 
 
-def test_emulation_and_implicit_momentum():
-    assert Sync().emulation(32, 0.1, 0.9).groups == 1
-    assert Groups(g=4).emulation(32, 0.1, 0.5).groups == 4 and Groups(g=4).implicit_momentum() == 0.75
-    soft = SoftSync(learners=4, n=2).emulation(16, 0.1, 0.5)
-    assert (soft.batch, soft.groups, soft.scale_by_staleness) == (32, 2, True)        # 2 gradients per update
-    assert Groups(g=4).implicit_momentum({4: 0.6}) == 0.6                              # measured wins
+def test_the_momentum_rule():
+    assert Groups(g=4).implicit_momentum() == 0.75 and Groups(g=4).rule_momentum(0.9) == 0.15
+    assert Groups(g=12).rule_momentum(0.9) < 0                     # the rule may ask for negative momentum
+    assert Sync().rule_momentum(0.9) == 0.9 and Gossip(every=4).implicit_momentum() == 0
     # Asynchrony never lowers implicit momentum.
     ladder = [Groups(g=g).implicit_momentum() for g in (1, 2, 4, 8, 16)]
     assert ladder == sorted(ladder)
+
+
+def test_samples_per_iteration_and_rudras_base_rate():
+    assert Sync().samples_per_update(((8, 8),)) == 16 and HPSGD().samples_per_update(((8, 8),)) == 16
+    assert Groups(g=2).samples_per_update(((8,), (8,))) == 8        # one group's gradient per update
+    assert SoftSync(learners=4, n=2).samples_per_update(((8,),) * 4) == 16
+    assert SoftSync(learners=4, n=4).lr_gain == 3                   # each step divided by staleness about 3
+    assert SoftSync(learners=4, n=4, scale_lr_by_staleness=False).lr_gain == 1 == Groups(g=4).lr_gain
+
+
+def test_ladders_order_each_protocol_by_asynchrony():
+    root, ladders = protocols.ladders(protocols.admitted(4, heterogeneous=True))
+    assert root == [Sync(), Sync(balanced=True)]
+    labels = [[[v.label for v in rung] for rung in ladder] for ladder in ladders]
+    assert labels[0] == [["groups", "groups (balanced)"], ["groups"]]
+    assert [[v.n for v in rung] for rung in ladders[1]] == [[1], [2], [4]]
+    assert labels[2] == [["hpsgd", "hpsgd (balanced)"]] and len(labels[3][0]) == 4
 
 
 def test_less_asynchrony_ends_where_none_is_left():

@@ -117,30 +117,17 @@ def test_the_server_notices_a_leader_gone_silent():
         live.heard_from(2)
 
 
-def twelve_worker_profile(sample, tmp_path):
-    """The sample profile's cpu0 measurements for each of 12 one-thread workers of a cluster spec."""
-    import dataclasses
-
-    from omnitune.cluster import load_cluster
-
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [" + ", ".join(["1"] * 12) + "]\n")
-    cluster = load_cluster(spec)
-    cpu0 = sample.device("cpu0")
-    devices = tuple(dataclasses.replace(cpu0, device_id=d.id) for d in cluster.devices)
-    return dataclasses.replace(sample, cluster=cluster, devices=devices, calibration=())
-
-
 def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_profile):
     """12 groups: the rule 0.9 - (1 - 1/12) gives a negative explicit momentum, which torch's SGD
     refuses. The plan `plan` writes must be one `run` takes."""
     from omnitune import optimizer, plan as plan_mod
     from omnitune.statmodel import ProbeResult
+    from tests.conftest import many_workers_profile
 
     def prober(cfg, max_iters, on_eval=None):          # every setting alike: the rule's momentum wins
         return ProbeResult(cfg, 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
 
-    prof = twelve_worker_profile(sample_profile, tmp_path)
+    prof = many_workers_profile(sample_profile, 12, tmp_path)
     space = optimizer.Space(protocols=("groups",), groups=(12,), batch_sizes=(16,), lrs=(0.05,))
     scored = optimizer.search(prof, space, prober)
     plan = optimizer.build_plan(scored, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")

@@ -4,31 +4,6 @@ import pytest
 from omnitune import statmodel
 
 
-def test_implicit_momentum_grows_with_groups():
-    m = [statmodel.implicit_momentum(g) for g in (1, 2, 4, 8, 16)]
-    assert m[0] == 0 and all(a < b for a, b in zip(m, m[1:])) and m[-1] < 1
-
-
-def test_explicit_momentum_falls_and_can_go_negative():
-    mu = [statmodel.explicit_momentum(0.9, g) for g in (1, 2, 4, 16)]
-    assert mu[0] == pytest.approx(0.9) and all(a > b for a, b in zip(mu, mu[1:])) and mu[-1] < 0
-    assert statmodel.explicit_momentum(0.9, 4, measured_implicit=0.5) == pytest.approx(0.4)
-
-
-@pytest.mark.parametrize("g", [1, 2, 4, 8])
-def test_staleness_distribution(g):
-    p = statmodel.staleness_probs(g, 10 * g)
-    assert p.sum() == pytest.approx(1) and (p >= 0).all()
-    draws = statmodel.draw_staleness(np.random.default_rng(0), g, 20000)
-    assert draws.mean() == pytest.approx(g - 1, abs=0.05 * g + 0.01)    # geometric, mean g - 1
-
-
-def test_staleness_mean_grows_with_groups():
-    rng = np.random.default_rng(1)
-    means = [statmodel.draw_staleness(rng, g, 5000).mean() for g in (1, 2, 4, 8, 16)]
-    assert all(a < b for a, b in zip(means, means[1:]))
-
-
 def test_iters_to_target_interpolates():
     assert statmodel.iters_to_target([10, 20, 30], [0.5, 0.7, 0.9], 0.8) == pytest.approx(25)
     assert statmodel.iters_to_target([10, 20], [0.5, 0.7], 0.8) is None

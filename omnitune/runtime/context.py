@@ -4,6 +4,7 @@ and the summary it writes at the end."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ import torch
 
 from omnitune import env
 from omnitune.cluster import Device
-from omnitune.files import append_jsonl, to_dict
+from omnitune.files import append_jsonl, atomic_write_bytes, to_dict
 from omnitune.runspec import RunSpec
 from omnitune.runtime import checkpoint
 from omnitune.runtime.checkpoint import Start
@@ -37,6 +38,10 @@ class JobArgs:
     max_time_s: float
     eval_every_s: float
     timeout_s: float
+    eval_every_iters: int = 0          # > 0: evaluate every this many iterations instead (benchmarks)
+    max_iters: int = 0                 # > 0: stop after this many iterations (experiments)
+    trajectory: int = 0                # > 0: save the coordinator's weights after each of that many
+                                       # iterations to trajectory.pt (experiments)
     plan_path: str = ""                # the plan the spec came from, named in the summary
     predicted_sec_per_iter: float = 0.0
     predicted_time_to_target_s: float | None = None
@@ -107,7 +112,9 @@ class Context:
         job, target = self.job, self.spec.target_accuracy
         monitor = Monitor(self.workload, self.test, float("inf") if target is None else target,
                           min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
-                          checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt)
+                          checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
+                          eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
+                          record=job.trajectory)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
         if job.attempt > 0:
             append_jsonl(self.run_dir / "restarts.jsonl", {"attempt": job.attempt, "time": round(time.time(), 3),
@@ -126,6 +133,8 @@ class Context:
             monitor.evaluate(self.model, iterations)
         wall = monitor.elapsed()
         checkpoint.save(self.run_dir / checkpoint.FILE, self.model, opt, iterations, wall - monitor.eval_s)
+        if monitor.trajectory:
+            save_tensor(self.run_dir / "trajectory.pt", torch.stack(monitor.trajectory))
         job, counts = self.job, histogram(self.staleness)
         summary = RunSummary(
             schema_version=SCHEMA_VERSION,
@@ -154,6 +163,12 @@ class Context:
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)
+
+
+def save_tensor(path: Path, tensor: torch.Tensor) -> None:
+    data = io.BytesIO()
+    torch.save(tensor, data)
+    atomic_write_bytes(path, data.getvalue())
 
 
 def histogram(counts: Counter) -> tuple[int, ...]:

@@ -91,9 +91,11 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
 
 
 def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
-             timeout_s: float = 120.0) -> RunSummary:
-    """Run a run spec on this one node, with no plan behind it (benchmarks, experiments)."""
-    return run_job(prepare(spec, out_dir, max_time_s, eval_every_s, timeout_s))
+             timeout_s: float = 120.0, resume: bool = False, **experiment) -> RunSummary:
+    """Run a run spec on this one node, with no plan behind it (benchmarks, experiments).
+    `experiment` sets JobArgs' experiment fields: eval_every_iters, max_iters, trajectory."""
+    job = prepare(spec, out_dir, max_time_s, eval_every_s, timeout_s, resume)
+    return run_job(dataclasses.replace(job, **experiment))
 
 
 def node_commands(plan_path: str, options: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from omnitune.files import append_jsonl
+from omnitune.runtime.flat import get_params, num_params
 from omnitune.workload import Workload, evaluate
 
 
@@ -17,7 +18,9 @@ class Monitor:
     """Evaluates the test set at intervals and decides when the run ends.
 
     Evaluation pauses training on the coordinator, so the interval grows to at least ten
-    times the last evaluation's duration: evaluation stays under ~10% of the wall time.
+    times the last evaluation's duration: evaluation stays under ~10% of the wall time. With
+    `eval_every_iters` it evaluates every that many iterations instead, to read iterations to
+    target as finely as a probe does (benchmarks).
     Time to target is training time: wall time less the time spent evaluating before the
     evaluation that found the target (the prediction does not include evaluation either).
     """
@@ -42,6 +45,10 @@ class Monitor:
     next_checkpoint: float = 0.0
     checkpoints: int = 0
     attempt: int = 0                          # which start of the job (0, then 1 after a restart)
+    eval_every_iters: int = 0                 # > 0: evaluate every this many iterations, not by time
+    max_iters: int = 0                        # > 0: stop at this many iterations
+    record: int = 0                           # keep the model's weights after each of the first this many checks
+    trajectory: list = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -49,23 +56,31 @@ class Monitor:
     def record_loss(self, loss: float) -> None:
         self.losses.append(loss)
 
-    def due(self) -> bool:
-        """Whether the next `check` evaluates or checkpoints the model."""
-        now = self.elapsed()
-        return now >= self.next_eval or (self.saver is not None and now >= self.next_checkpoint)
+    def due(self, iteration: int) -> bool:
+        """Whether `check` at this iteration evaluates or checkpoints the model."""
+        return self.eval_due(iteration) or (self.saver is not None and self.elapsed() >= self.next_checkpoint)
+
+    def eval_due(self, iteration: int) -> bool:
+        if self.eval_every_iters:
+            return iteration % self.eval_every_iters == 0
+        return self.elapsed() >= self.next_eval
 
     def check(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> bool:
-        """Evaluate if due; return True when the run should stop (target reached or out of time)."""
+        """Evaluate if due; return True when the run should stop (target reached, out of time or
+        of iterations)."""
+        if len(self.trajectory) < self.record:
+            self.trajectory.append(get_params(model, torch.empty(num_params(model))).cpu())
         now = self.elapsed()
         if self.saver is not None and now >= self.next_checkpoint:
             if self.next_checkpoint > 0:
                 self.saver(iteration, now - self.eval_s)
                 self.checkpoints += 1
             self.next_checkpoint = now + self.checkpoint_every_s
-        if now >= self.next_eval:
+        if self.eval_due(iteration):
             self.evaluate(model, iteration, extra)
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
-        return self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
+        return (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
+                or 0 < self.max_iters <= iteration)
 
     def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
         wall = self.elapsed()

@@ -60,7 +60,7 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
                 break
             if monitor:
                 monitor.record_loss(float(msg[S]) / n)
-                if monitor.due():
+                if monitor.due(iterations):
                     set_state(shadow, G)
                 stop = float(monitor.check(shadow, iterations))
         msg[:S] = L - G
@@ -124,33 +124,37 @@ def train_gossip(ctx: Context, group) -> dict | None:
         loss = ctx.compute_grads(x, y)
         opt.step()
         iterations += 1
+        if iterations % every == 0:
+            board.announce(round_)
+            if round_ >= board.last_round():
+                break
+            partner = matching(round_, n, spec.seed)[me]
+            round_ += 1
+            if partner >= 0:
+                average_with(model, ranks[partner], mine, theirs)
+                exchanges[partner] = exchanges.get(partner, 0) + 1
+                ctx.staleness[iterations - last_averaged] += 1      # local steps this state drifted alone
+                last_averaged = iterations
         if monitor:
             monitor.record_loss(loss)
-            if not stopping and monitor.check(model, iterations):
+            # Only right after an averaging round: the state the coordinator keeps (eval_period).
+            if not stopping and iterations % every == 0 and monitor.check(model, iterations):
                 board.call_stop()
                 stopping = True
-        if iterations % every:
-            continue
-        board.announce(round_)
-        if round_ >= board.last_round():
-            break
-        partner = matching(round_, n, spec.seed)[me]
-        round_ += 1
-        if partner < 0:
-            continue
-        get_state(model, mine)
-        reqs = [dist.isend(mine, dst=ranks[partner]), dist.irecv(theirs, src=ranks[partner])]
-        for r in reqs:
-            r.wait()
-        set_state(model, (mine + theirs) / 2)
-        exchanges[partner] = exchanges.get(partner, 0) + 1
-        ctx.staleness[iterations - last_averaged] += 1          # local steps this state had drifted alone
-        last_averaged = iterations
     stats = disagreement(model, group)
     stats.update(rounds=round_, peers=len(exchanges), exchanges=sum(exchanges.values()))
     if monitor:
         return ctx.finish(monitor, opt, iterations, [iterations], stats=stats)
     return None
+
+
+def average_with(model: torch.nn.Module, peer: int, mine: torch.Tensor, theirs: torch.Tensor) -> None:
+    """Pull: each of a pair sends its state and takes the mean of both."""
+    get_state(model, mine)
+    reqs = [dist.isend(mine, dst=peer), dist.irecv(theirs, src=peer)]
+    for r in reqs:
+        r.wait()
+    set_state(model, (mine + theirs) / 2)
 
 
 def disagreement(model: torch.nn.Module, group) -> dict:

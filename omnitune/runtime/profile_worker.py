@@ -127,7 +127,8 @@ def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
             if summary is not None:
                 out.append(Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
                                        batch_size=spec.batch_size[spec.devices[0].id],
-                                       sec_per_iter=summary["measured_sec_per_iter"]))
+                                       sec_per_iter=summary["measured_sec_per_iter"],
+                                       staleness=tuple(summary["staleness"])))
     return out
 
 
