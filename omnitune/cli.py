@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -59,6 +60,7 @@ def profile(
             logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
             prof = profiler.profile(spec, workload, data_dir, settings, logs,
                                     progress=lambda m: status.update(f"profiling: {m}"), node_rank=node_rank)
+        shutil.rmtree(logs, ignore_errors=True)        # kept only when a failure names it
         if prof is None:
             out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
             return
