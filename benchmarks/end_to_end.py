@@ -27,9 +27,9 @@ def bench(name: str, target: float, quick: bool, work: Path) -> dict:
     prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
     profile_mod.save(prof, work / f"{name}.profile.json")
     wl = workload.load(name)
-    scored = optimizer.search(prof, optimizer.Space(), make_prober(wl, None, target, seed=0),
+    found = optimizer.search(prof, optimizer.Space(), make_prober(wl, None, target, seed=0),
                               budget_s=30 if quick else 120)
-    plan = optimizer.build_plan(scored, prof, str(work / f"{name}.profile.json"), name, None, target, 0,
+    plan = optimizer.build_plan(found, prof, str(work / f"{name}.profile.json"), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_path = work / f"{name}.plan.json"
     plan_mod.save(plan, plan_path)

@@ -47,8 +47,8 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
     name, target, layout, protocol, g, batch, lr = cfg
     wl = workload.load(name)
     space = optimizer.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
-    scored = optimizer.search(prof, space, make_prober(wl, None, target, seed=0), max_probe_iters=5000)
-    plan = optimizer.build_plan(scored, prof, str(prof_path), name, None, target, 0,
+    found = optimizer.search(prof, space, make_prober(wl, None, target, seed=0), max_probe_iters=5000)
+    plan = optimizer.build_plan(found, prof, str(prof_path), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_path = work / f"plan{i}.json"
     plan_mod.save(plan, plan_path)

@@ -114,9 +114,9 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
     if not with_plan:
         return rows
     wl = workload.load(wl_name)
-    scored = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)), make_prober(wl, None, target, 0),
+    found = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)), make_prober(wl, None, target, 0),
                               budget_s=60 if quick else 120)
-    plan = optimizer.build_plan(scored, prof, str(prof_path), wl_name, None, target, 0,
+    plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_mod.save(plan, work / f"{wl_name}-{cluster}-plan.json")
     rows.append(repeated(plan.spec, work, f"{wl_name}-{cluster}-omnitune", seeds,

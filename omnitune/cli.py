@@ -44,7 +44,8 @@ def profile(
     out_path: Path = typer.Option(..., "--out", help="where to write the profile JSON"),
     cluster: Optional[Path] = typer.Option(None, help="cluster spec (YAML or JSON); default: this machine"),
     data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
-    quick: bool = typer.Option(False, help="few repeats and small batches (seconds, for tests)"),
+    quick: bool = typer.Option(False, help="a cheaper profile: fewer repeats, batches up to 64 and shorter "
+                               "calibration jobs (still every one `plan` needs)"),
     max_batch: Optional[int] = typer.Option(None, help="largest batch size to try (default 512, quick 64)"),
     node_rank: Optional[int] = typer.Option(None, help="which node of the cluster spec this is, for a spec "
                                             "of several nodes: run the same command on each"),
@@ -96,13 +97,16 @@ def plan(
     lr: Optional[float] = typer.Option(None, help="pin the learning rate"),
     momentum: Optional[float] = typer.Option(None, help="pin the explicit momentum"),
     seed: int = typer.Option(0),
-    probe_iters: int = typer.Option(3000, help="most iterations one probe may train"),
-    budget_s: float = typer.Option(120.0, help="most seconds to spend on probes"),
+    probe_iters: int = typer.Option(100_000, help="most iterations one probe may train"),
+    budget_s: Optional[float] = typer.Option(None, help="most seconds to spend on probes (default: sized to "
+                                             "the job, about 10% of its predicted training time)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
     from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, study as study_mod, workload as wl_mod
     try:
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
+        if budget_s is not None and budget_s < 0:
+            raise UserError(f"--budget-s must not be negative, got {budget_s}")
         prof = profile_mod.load(profile_path)
         largest = max(len(devices) for devices in prof.cluster.layouts.values())
         if groups is not None and groups > largest:
@@ -115,11 +119,11 @@ def plan(
         _seed_everything(seed)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
         study = study_mod.new_study(_study_storage(out_path),
-                                    _study_name(prof, workload, target_accuracy, seed, probe_iters))
+                                    _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s))
         with console.status("planning…") as status:
-            scored = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
-                                      study=study, log=lambda m: status.update(f"planning: {m}"))
-        result = optimizer.build_plan(scored, prof, str(profile_path), workload, data_dir, target_accuracy,
+            found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
+                                     study=study, log=lambda m: status.update(f"planning: {m}"))
+        result = optimizer.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         plan_mod.save(result, out_path)
     except ValueError as e:
@@ -128,10 +132,20 @@ def plan(
         _fail(e)
     out.print(_candidates_table(result))
     p, spec = result.prediction, result.spec
-    out.print(f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
-              f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum "
-              f"{spec.momentum} (implicit {result.implicit_momentum:.2f}): predicted "
-              f"{p.time_to_target_s:.2f}s = {p.iters_to_target:.0f} iterations × {p.sec_per_iter * 1e3:.2f} ms")
+    chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
+             f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
+             f"(implicit {result.implicit_momentum:.2f})")
+    if p.time_to_target_s is None:
+        out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
+                  f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "
+                  "iteration. A larger --budget-s runs longer probes.")
+    else:
+        out.print(f"{chose}: predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
+                  f"{p.sec_per_iter * 1e3:.2f} ms")
+    spent = result.planning
+    scope = "full search" if spent.full else "quick search: the job is too small for a full one"
+    out.print(f"planning took {spent.seconds:.1f}s for {spent.probes} probes ({scope}; budget {spent.budget_s:.1f}s: "
+              f"{spent.reason})")
     out.print(f"wrote {out_path}")
 
 
@@ -148,9 +162,10 @@ def _study_storage(plan_path: Path) -> str:
     return f"sqlite:///{plan_path.with_suffix('.study.db')}"
 
 
-def _study_name(prof, workload, target, seed, probe_iters) -> str:
-    """Everything a stored probe's outcome depends on; anything else starts a new study."""
-    return f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|probes=2"
+def _study_name(prof, workload, target, seed, probe_iters, budget_s) -> str:
+    """Everything a stored probe's outcome depends on (its length follows the budget); anything
+    else starts a new study."""
+    return f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|budget={budget_s}|probes=3"
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):
@@ -187,7 +202,8 @@ def _candidates_table(result, rows: int = 12) -> Table:
 def _iters(c) -> str:
     if c.iters_to_target is None:
         return "-"
-    band = f" ({c.iters_band[0]:.0f}–{c.iters_band[1]:.0f})" if c.iters_band else ""
+    band = "" if not c.iters_band else f" ({c.iters_band[0]:.0f}–" + \
+        (f"{c.iters_band[1]:.0f})" if len(c.iters_band) > 1 else "∞)")
     return f"{c.iters_to_target:.0f}{band}"
 
 
@@ -248,6 +264,8 @@ def run(
     out.print(f"{verdict} {summary.target_accuracy} (final accuracy {summary.final_accuracy:.4f}) in "
               f"{summary.iterations} iterations with {summary.processes} processes; updates per group "
               f"{list(summary.updates_per_group)}; results in {out_dir}")
+    if summary.planning_s is not None:
+        out.print(f"planning took {summary.planning_s:.1f}s ({summary.planning_probes} probes) before this run")
     if summary.replans:
         out.print(f"{summary.replans} re-plan(s) took {summary.replan_s:.1f}s (see {out_dir}/replans.jsonl)")
     if not summary.reached_target:

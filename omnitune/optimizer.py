@@ -13,6 +13,9 @@ efficiency first. Probes then follow Omnivore's loop (Hadjis et al. 2016, §4):
      Rudra's staleness-scaled step has its base rate raised by the mean staleness it divides by.
   3. A ladder stops when a rung's samples per second, at the previous optimum's per-device
      batch, are not 10% above the previous optimum's: asynchrony no longer buys hardware speed.
+The search is sized to the job (budget.py): the cold start's first probes are short scouts whose
+best predicted training time sets the planning budget, re-set after every probe from the best
+time so far, and so how many probes follow and how long each trains.
 Settings at least as large as one that diverged are skipped. Each probe is capped at the
 iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
 whose pruner stops it when it lags the others at the same predicted training time (study.py).
@@ -26,22 +29,23 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from omnitune import protocols, study as study_mod
+from omnitune import budget as budget_mod, protocols, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
 from omnitune.perfmodel import PerfModel, Shape
-from omnitune.plan import SCHEMA_VERSION, Candidate, Plan, Prediction
+from omnitune.plan import SCHEMA_VERSION, Candidate, Plan, Planning, Prediction
 from omnitune.profile import Profile
 from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
-# (config, max_iters, on_eval) -> result; on_eval(iteration, accuracy) returns True to stop (prune)
-Prober = Callable[[ProbeConfig, int, Callable[[int, float], bool]], ProbeResult]
+# (config, max_iters, max_seconds, on_eval) -> result; on_eval(iteration, accuracy) returns True
+# to stop (prune)
+Prober = Callable[[ProbeConfig, int, float, Callable[[int, float], bool]], ProbeResult]
 LR_DECADES = (0.1, 0.01, 0.001, 0.0001)   # Omnivore's cold start
 LR_REFINE = (1 / 3, 3.0)                  # then about half a decade either side of the best
 RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
-DEFAULT_BATCHES = (8, 16, 32, 64, 128)
+DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 MU_STAR = 0.9    # the synchronous optimum Omnivore starts from
 OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
 STOP_GAIN = 0.10  # climb a ladder only while samples per second improve by at least this much
@@ -82,6 +86,7 @@ class Setup:
     batches: tuple[tuple[int, ...], ...]           # per group, each device's batch (balanced or not)
     sec_per_iter: float
     staleness: tuple[int, ...] = ()                # measured by the profile's calibration job
+    probe_sec_per_iter: float = 0.0                # a probe's iteration: every replica's compute, in one process
 
     @property
     def samples_per_s(self) -> float:
@@ -125,9 +130,21 @@ def enumerate_setups(profile: Profile, space: Space) -> list[Setup]:
             for b in _batch_sizes(profile, devices, space):
                 batch = device_batches(perf, v, groups, b)
                 sec = perf.sec_per_iter(Shape(groups, batch, v, layout))
-                out.append(Setup(layout, v, groups, b, tuple(tuple(batch[d] for d in g) for g in groups), sec,
-                                 measured_staleness(profile, layout, v, b)))
+                batches = tuple(tuple(batch[d] for d in g) for g in groups)
+                out.append(Setup(layout, v, groups, b, batches, sec, measured_staleness(profile, layout, v, b),
+                                 probe_cost(perf, v, groups, batch)))
     return out
+
+
+def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...],
+               batch: dict[str, int]) -> float:
+    """Seconds a probe takes per iteration: it computes, one after another in one process, the
+    gradients of every sample an iteration consumes. An estimate (the probe's threads differ from
+    the devices'), used to turn a probe's time into an iteration cap, so the same profile and
+    seed give the same probes and plan."""
+    every = sum(float(perf.compute[d](batch[d])) for g in groups for d in g)
+    total = sum(batch[d] for g in groups for d in g)
+    return every * variant.samples_per_update(tuple(tuple(batch[d] for d in g) for g in groups)) / total
 
 
 def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.1) -> bool:
@@ -166,20 +183,29 @@ def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> li
     return [b for b in space.batch_sizes if b <= largest]
 
 
-def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 3000,
-           budget_s: float = 120.0, study=None, log: Callable[[str], None] = lambda m: None) -> list[Scored]:
+@dataclass(frozen=True)
+class Search:
+    scored: list[Scored]         # every configuration considered, best predicted time first
+    planning: Planning           # what the search spent, and its budget
+
+
+def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 100_000,
+           budget_s: float | None = None, study=None, log: Callable[[str], None] = lambda m: None) -> Search:
     """Score every setup; probe statistical efficiency where it could still win.
 
-    `study` is an optuna study (in memory when None); probes it already holds are reused, so an
-    interrupted search resumes. Returns every configuration considered, best predicted time to
-    target first (unprobed ones last).
+    `budget_s` fixes the probing budget; None sizes it to the job (budget.py). `study` is an
+    optuna study (in memory when None); probes it already holds are reused, so an interrupted
+    search resumes. Returns every configuration considered, best predicted time to target first
+    (unprobed ones last), and what planning spent.
     """
     setups = enumerate_setups(profile, space)
     if not setups:
         raise ValueError(f"no configuration fits the pinned options (protocols {space.protocols}, groups "
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
     loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log)
-    return loop.run()
+    scored = loop.run()
+    b = loop.budget or budget_mod.plan_budget(None, loop.elapsed(), budget_s)
+    return Search(scored, Planning(loop.elapsed(), loop.probes_run, b.seconds, b.full, b.reason))
 
 
 class OmnivoreLoop:
@@ -187,9 +213,14 @@ class OmnivoreLoop:
     recorded in an optuna study."""
 
     def __init__(self, setups: list[Setup], space: Space, prober: Prober, study, max_probe_iters: int,
-                 budget_s: float, log: Callable[[str], None]):
+                 budget_s: float | None, log: Callable[[str], None]):
         self.setups, self.space, self.prober, self.study = setups, space, prober, study
-        self.max_iters, self.budget_s, self.log = max_probe_iters, budget_s, log
+        self.max_iters, self.override_s, self.log = max_probe_iters, budget_s, log
+        # Set once the scouts have run, or at once from an override.
+        self.budget = None if budget_s is None else budget_mod.plan_budget(None, 0.0, budget_s)
+        self.scouting = budget_s is None          # the cold start's first probes, until they predict
+        self.scout_s = budget_mod.SCOUT_S
+        self.probes_run = 0
         self.results: dict[ProbeConfig, ProbeResult] = study_mod.stored_results(study)
         self.best = math.inf
         self.diverged: list[ProbeConfig] = []
@@ -260,11 +291,21 @@ class OmnivoreLoop:
         if self.space.lrs is not None:
             for lr in self.space.lrs:
                 self.probe(ref, lr, mu)
+            self.end_scouting()
             return None
         tried = list(LR_DECADES)
         for lr in tried:
             self.probe(ref, self.rates(ref, [lr])[0], mu)
         best = self.best_rate(ref, mu, tried)
+        while best is None and self.scout_s < budget_mod.MAX_SCOUT_S and self.override_s is None:
+            # No scout saw enough of the curve to predict: scout again, twice as long.
+            self.scout_s *= 2
+            self.log(f"scouts too short to predict; again at {self.scout_s:.0f}s each")
+            for lr in tried:
+                self.forget(ref.probe(self.rates(ref, [lr])[0], mu))
+                self.probe(ref, self.rates(ref, [lr])[0], mu)
+            best = self.best_rate(ref, mu, tried)
+        self.end_scouting()
         while best is not None and (best == max(tried) < 1 or best == min(tried) > 1e-6):
             edge = best * 10 if best == max(tried) else best / 10
             tried.append(edge)
@@ -331,13 +372,13 @@ class OmnivoreLoop:
         pc = s.probe(lr, mu)
         if key in self.tried:
             return self.results.get(pc)
-        if time.perf_counter() - self.start > self.budget_s and pc not in self.results:
-            self.tried[key] = f"not probed: planning budget of {self.budget_s:.0f}s spent"
+        if self.budget is not None and self.elapsed() > self.budget.seconds and pc not in self.results:
+            self.tried[key] = f"not probed: planning budget of {self.budget.seconds:.1f}s spent"
             return None
         if any(d.variant == pc.variant and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
             self.tried[key] = "not probed: at least as large as a setting that diverged"
             return None
-        r = self.results.get(pc) or self.run_probe(pc, s.sec_per_iter)
+        r = self.results.get(pc) or self.run_probe(pc, s.sec_per_iter, s.probe_sec_per_iter)
         if r is None:
             self.tried[key] = f"not probed: cannot beat {self.best:.2f}s"
             return None
@@ -346,12 +387,38 @@ class OmnivoreLoop:
             self.diverged.append(pc)
         if r.iters_to_target is not None:
             self.best = min(self.best, r.iters_to_target * s.sec_per_iter)
+        if not self.scouting:
+            self.set_budget()
         return r
 
-    def run_probe(self, pc: ProbeConfig, sec: float) -> ProbeResult | None:
-        cap = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
-        if cap < 1:
+    def forget(self, pc: ProbeConfig) -> None:
+        """Drop a probe's result, to run it again longer."""
+        self.results.pop(pc, None)
+        self.tried = {k: v for k, v in self.tried.items() if k[0].probe(k[1], k[2]) != pc}
+
+    def end_scouting(self) -> None:
+        if self.scouting:
+            self.scouting = False
+            self.set_budget()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def set_budget(self) -> None:
+        """The budget from the best predicted training time so far: it shrinks as the search
+        finds faster configurations."""
+        best = None if math.isinf(self.best) else self.best
+        new = budget_mod.plan_budget(best, self.elapsed(), self.override_s)
+        if new != self.budget and (self.budget is None or new.reason != self.budget.reason):
+            self.log(f"budget: {new.seconds:.1f}s ({new.reason}); probes of up to {new.probe_s:.1f}s")
+        self.budget = new
+
+    def run_probe(self, pc: ProbeConfig, sec: float, probe_sec: float) -> ProbeResult | None:
+        beat = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
+        if beat < 1:
             return None
+        probe_s = self.scout_s if self.scouting or self.budget is None else self.budget.probe_s
+        cap = min(beat, max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9))))
         trial = study_mod.ask(self.study, pc)
         reported = {"step": -1}
 
@@ -363,12 +430,14 @@ class OmnivoreLoop:
                 trial.report(1.0 - accuracy, t)
             reported["step"] = step
             return trial.should_prune()
-        r = self.prober(pc, cap, on_eval)
+        self.probes_run += 1
+        # The iteration cap sets the probe's length; the time limit only guards a bad estimate.
+        r = self.prober(pc, cap, budget_mod.GUARD * probe_s, on_eval)
         if r.note == "pruned":
             r = replace(r, iters_to_target=None, note="pruned: lagging the median")
-        elif cap < self.max_iters and not r.reached and r.note != "diverged" \
-                and (r.iters_to_target is None or r.iters_to_target > cap):
-            r = replace(r, iters_to_target=None, note=f"cannot beat {self.best:.2f}s in {cap} iterations")
+        elif beat < self.max_iters and not r.reached and r.note != "diverged" \
+                and (r.iters_to_target is None or r.iters_to_target > beat):
+            r = replace(r, iters_to_target=None, note=f"cannot beat {self.best:.2f}s in {beat} iterations")
         study_mod.tell(self.study, trial, r, sec)
         self.results[pc] = r
         self.log(f"probe {pc.variant.label} batches={pc.batches} lr={pc.lr:.3g} momentum={pc.momentum}: {r.note}")
@@ -393,18 +462,32 @@ def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
         momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
         note=s.probe.note if s.probe else (s.note or "not probed"),
-        iters_band=tuple(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
+        iters_band=band(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
 
 
-def build_plan(scored: list[Scored], profile: Profile, profile_path: str, workload: str,
+def band(interval: tuple[float, float]) -> tuple[float, ...]:
+    """A band for the plan file: (low, high), or (low,) when it has no top (the target may never
+    be reached)."""
+    return tuple(x for x in interval if math.isfinite(x))
+
+
+def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
                data_dir: str | None, target: float, seed: int, created_at: str) -> Plan:
-    """The winning configuration as a Plan; a clear error when no probe reached the target."""
+    """The winning configuration as a Plan. When no probe could predict its time to target, the
+    configuration whose probe learned most (Omnivore's criterion: the best accuracy after a short
+    run), with no prediction; a clear error when no probe learned at all."""
+    scored = found.scored
     best = scored[0]
     if best.time_to_target_s is None:
-        notes = sorted({s.probe.note for s in scored if s.probe})
-        raise UserError(f"--target-accuracy {target}: no probe reached it or could extrapolate to it "
-                        f"(probe outcomes: {', '.join(notes) or 'none run'}); try a lower target, "
-                        "a larger --probe-iters or other --lr values")
+        learned = [s for s in scored if s.probe and len(s.probe.curve) > 1 and s.probe.note != "diverged"
+                   and s.probe.curve[-1][1] > s.probe.curve[0][1]]
+        if not learned:
+            notes = sorted({s.probe.note for s in scored if s.probe})
+            raise UserError(f"--target-accuracy {target}: no probe reached it or could extrapolate to it "
+                            f"(probe outcomes: {', '.join(notes) or 'none run'}); try a lower target, "
+                            "a larger --probe-iters or other --lr values")
+        best = max(learned, key=lambda s: (s.probe.curve[-1][1], -s.sec_per_iter))
+        scored = [best] + [s for s in scored if s is not best]
     c = best.config
     cluster = profile.cluster
     spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
@@ -418,4 +501,4 @@ def build_plan(scored: list[Scored], profile: Profile, profile_path: str, worklo
         implicit_momentum=c.variant.implicit_momentum(),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
-        candidates=candidate_rows(scored), profile=profile_path, created_at=created_at)
+        candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning)

@@ -22,12 +22,13 @@ SCHEMA_VERSION = 2
 @dataclass(frozen=True)
 class Prediction:
     sec_per_iter: float
-    iters_to_target: float           # inf when the probes say the target is out of reach
-    time_to_target_s: float
+    iters_to_target: float | None    # None: no probe could predict it (the plan learned fastest in its probe)
+    time_to_target_s: float | None
     curve: tuple[tuple[float, float], ...] = ()   # the winner's probe: (iteration, test accuracy)
 
     def __post_init__(self):
-        if not all(v >= 0 for v in (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)):
+        times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
+        if not all(v is None or v >= 0 for v in times) or self.sec_per_iter is None:
             raise ValueError(f"prediction: times must not be negative, got {self}")
 
 
@@ -43,7 +44,7 @@ class Candidate:
     iters_to_target: float | None    # None: not probed (ruled out by hardware efficiency alone)
     time_to_target_s: float | None
     note: str = ""
-    iters_band: tuple[float, ...] = ()   # ±1σ band of iters_to_target from the probe's fitted curve
+    iters_band: tuple[float, ...] = ()   # band on iters_to_target (statmodel): (low, high), or (low,) with no top
 
     def __post_init__(self):
         times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
@@ -56,6 +57,20 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Planning:
+    """What planning spent, and the budget it planned within (budget.py)."""
+    seconds: float                   # the search's wall time, scouts included (not the profile's)
+    probes: int                      # probes run (stored ones that were reused are not counted)
+    budget_s: float
+    full: bool                       # False: the job was too small for a full search
+    reason: str
+
+    def __post_init__(self):
+        if self.seconds < 0 or self.probes < 0 or self.budget_s < 0:
+            raise ValueError(f"planning: seconds, probes and budget must not be negative, got {self}")
+
+
+@dataclass(frozen=True)
 class Plan:
     schema_version: int
     spec: RunSpec                              # what to run
@@ -65,6 +80,7 @@ class Plan:
     candidates: tuple[Candidate, ...]
     profile: str                               # the profile it was planned from
     created_at: str
+    planning: Planning | None = None           # None in plans written before planning was recorded
 
     def __post_init__(self):
         if self.spec.target_accuracy is None:

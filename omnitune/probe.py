@@ -18,62 +18,70 @@ from omnitune.emulator import emulator
 from omnitune.runspec import RunSpec
 from omnitune.runtime.flat import momentum_vector
 from omnitune.statmodel import ProbeConfig, ProbeResult
-from omnitune.workload import Workload, evaluate
+from omnitune.workload import Workload, evaluate, first
+
+PROBE_TEST = 500      # probes evaluate on at most this many test samples: their curves need many points
+EVALS = 16            # and at most about this many evaluations, so a short probe is not all evaluation
 
 
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
               max_seconds: float, seed: int, eval_every: int = 10,
-              on_eval: Callable[[int, float], bool] = lambda it, acc: False) -> ProbeResult:
+              on_eval: Callable[[int, float], bool] = lambda it, acc: False, growth: float = 1.0) -> ProbeResult:
     """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out.
 
-    `on_eval(iteration, accuracy)` sees every evaluation; returning True stops the probe (pruned).
+    Evaluates every `eval_every` iterations, or with `growth` > 1 at iterations that grow by that
+    factor (at least `eval_every` apart). `on_eval(iteration, accuracy)` sees every evaluation;
+    returning True stops the probe (pruned).
     """
     start = time.perf_counter()
-    eval_every = math.lcm(eval_every, cfg.variant.eval_period)    # where the runtime evaluates too
+    period = math.lcm(eval_every, cfg.variant.eval_period)    # where the runtime evaluates too
     emu = emulator(wl, train, cfg, seed)
     curve: list[tuple[int, float]] = []
-    note = ""
+    note, next_eval = "", period
     while emu.it < max_iters:
         if not math.isfinite(emu.step()):
             note = "diverged"
             break
-        if emu.it % eval_every == 0 or emu.it == max_iters:
+        if emu.it >= next_eval or emu.it == max_iters:
+            next_eval = period * math.ceil(max(emu.it + period, emu.it * growth) / period)
             curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
             if curve[-1][1] >= target or time.perf_counter() - start > max_seconds:
                 break
             if on_eval(*curve[-1]):
                 note = "pruned"
                 break
-    return summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start)
+    return summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start, len(test))
 
 
 def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, note: str,
-              mean_staleness: float, seconds: float) -> ProbeResult:
+              mean_staleness: float, seconds: float, test_size: int | None = None) -> ProbeResult:
     iters = np.array([c[0] for c in curve], float)
     acc = np.array([c[1] for c in curve], float)
     reached = statmodel.iters_to_target(iters, acc, target) if curve and note != "diverged" else None
-    estimate = reached
+    estimate, interval = reached, None
     if reached is not None:
         note = "reached"
+        fit = statmodel.extrapolate(iters, acc, target, test_size)
+        interval = (min(reached, fit.band[0]), max(reached, fit.band[1])) if fit.band else None
     elif note == "pruned":
         estimate = None
     elif note != "diverged" and curve:
-        estimate = statmodel.extrapolate_iters(iters, acc, target)
-        note = "extrapolated" if estimate is not None else f"not reached in {int(iters[-1])} iterations"
-    interval = statmodel.iters_interval(iters, acc, target) if estimate is not None else None
-    if interval is not None:      # the band always holds the estimate (a first crossing can come early)
-        interval = (min(interval[0], estimate), max(interval[1], estimate))
+        fit = statmodel.extrapolate(iters, acc, target, test_size)
+        estimate, interval = fit.iters, fit.band
+        note = fit.note if estimate is not None else f"not reached in {int(iters[-1])} iterations ({fit.note})"
     return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval)
 
 
-def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int,
-                max_seconds: float = 20.0):
-    """A prober for the optimizer: (config, max_iters) -> ProbeResult on this workload."""
+def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
+    """A prober for the optimizer: (config, max_iters, max_seconds) -> ProbeResult on this workload.
+    It evaluates every 1/EVALS of its iterations (every 10 at most; 10% apart later on), on the
+    test set's first PROBE_TEST samples, so a short probe is not all evaluation."""
     train, test = wl.build_datasets(data_dir, seed)
+    test = first(test, PROBE_TEST)
 
-    def prober(cfg: ProbeConfig, max_iters: int, on_eval=lambda it, acc: False) -> ProbeResult:
-        every = max(1, min(10, max_iters // 20))
-        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every, on_eval)
+    def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False) -> ProbeResult:
+        every = max(1, min(10, max_iters // 20), max_iters // EVALS)
+        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every, on_eval, growth=1.1)
     return prober
 
 

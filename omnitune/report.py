@@ -32,12 +32,13 @@ def plot_plan(plan: plan_mod.Plan, out: Path) -> Path:
         mask = np.array([c.variant.protocol == proto for c in probed])
         ax.scatter(x[mask], y[mask], color=f"C{i}", label=proto, alpha=0.8)
     xs = np.geomspace(x.min() / 1.5, x.max() * 1.5, 50)
-    best = plan.prediction.time_to_target_s
+    best = plan.prediction.time_to_target_s or min(c.time_to_target_s for c in probed)
     for t in best * np.array([1, 1.5, 2, 4]):
         ax.plot(xs, t / (xs / 1e3), "k:", lw=0.8)
         ax.annotate(f"{t:.2g} s", (xs[-1], t / (xs[-1] / 1e3)), fontsize=7, ha="right")
-    ax.scatter([plan.prediction.sec_per_iter * 1e3], [plan.prediction.iters_to_target], s=160,
-               facecolors="none", edgecolors="red", label="chosen")
+    if plan.prediction.iters_to_target is not None:
+        ax.scatter([plan.prediction.sec_per_iter * 1e3], [plan.prediction.iters_to_target], s=160,
+                   facecolors="none", edgecolors="red", label="chosen")
     ax.set(xscale="log", yscale="log", xlabel="predicted ms per iteration (hardware efficiency)",
            ylabel="iterations to target (statistical efficiency)",
            title=f"{plan.spec.workload}: candidates and time-to-target contours", ylim=(y.min() / 1.5, y.max() * 1.5))

@@ -1,11 +1,11 @@
 """Statistical efficiency: how many iterations a configuration needs to reach the target, read
-off a probe's accuracy curve. Pure: numpy only.
+off a probe's accuracy curve. Pure: numpy and scipy.
 
 Notation:
     t        iterations: model updates, or with no server steps of every replica (the runtime's unit)
     a(t)     test accuracy after t iterations
-A probe that stops short of the target is extrapolated with a power law in the error,
-1 - a(t) = A t^(-c), fitted to the curve's second half and trusted up to 10× the probe's length.
+A probe that stops short of the target is extrapolated with a power law that levels off,
+1 - a(t) = floor + A t^(-c) (the plateau 1 - floor), with a band on the estimate.
 """
 
 from __future__ import annotations
@@ -36,48 +36,95 @@ def iters_to_target(iters: np.ndarray, accuracy: np.ndarray, target: float) -> f
 
 
 @dataclass(frozen=True)
-class PowerLaw:
-    """log(1 - accuracy) = intercept - c * log(t), fitted to a curve's second half; sigma = residual std."""
-    intercept: float
+class Plateau:
+    """error(t) = floor + scale * t^(-c): a power law that levels off at `floor` (the accuracy
+    plateau 1 - floor), fitted to a curve past its first tenth; sigma = the residual spread."""
+    floor: float
+    scale: float
     c: float
     sigma: float
     last: float           # the last iteration the fit saw
 
     @classmethod
-    def fit(cls, iters, accuracy) -> "PowerLaw | None":
+    def fit(cls, iters, accuracy, floor: bool = True) -> "Plateau | None":
+        """Least squares in the error; `floor=False` fixes the floor at 0 (a plain power law)."""
+        from scipy.optimize import least_squares
+
         iters, err = np.asarray(iters, float), 1.0 - np.asarray(accuracy, float)
-        keep = (iters >= iters.max() / 2) & (err > 0)
-        if keep.sum() < 3:
+        keep = (iters >= iters.max() / 10) & (iters > 0)
+        if keep.sum() < 4 or np.ptp(err[keep]) <= 0:
             return None
-        x, y = np.log(iters[keep]), np.log(err[keep])
-        slope, intercept = np.polyfit(x, y, 1)
-        sigma = float(np.std(y - (intercept + slope * x), ddof=2)) if keep.sum() > 3 else 0.0
-        return cls(float(intercept), float(-slope), sigma, float(iters.max()))
+        t, e = iters[keep], err[keep]
+        floor_hi = max(float(e.min()), 0.0) if floor else 0.0
+
+        def resid(p):
+            return p[0] + np.exp(p[1]) * t ** -p[2] - e
+        x0 = [min(floor_hi, 0.5 * float(e.min())) if floor else 0.0, math.log(max(float(e[0]), 1e-3)) + 0.3 * math.log(t[0]), 0.3]
+        lo, hi = [0.0, -30.0, 0.01], [max(floor_hi, 1e-12), 30.0, 3.0]
+        r = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi))
+        sigma = float(np.sqrt(np.sum(r.fun ** 2) / max(len(t) - 3, 1)))
+        return cls(float(r.x[0]), float(np.exp(r.x[1])), float(r.x[2]), sigma, float(iters.max()))
 
     def crossing(self, target: float, shift: float = 0.0) -> float | None:
-        """Iteration where the fitted error (times e^shift) falls to 1 - target; None if flat."""
-        if self.c <= 1e-3:
+        """Iteration where the fitted error (plus `shift`) falls to 1 - target; None when the
+        plateau (or a flat fit) stays above it."""
+        gap = (1.0 - target) - self.floor - shift
+        if gap <= 0 or self.c <= 0.02:
             return None
-        return math.exp((self.intercept + shift - math.log(1.0 - target)) / self.c)
+        return float((gap / self.scale) ** (-1.0 / self.c))
 
 
-def extrapolate_iters(iters: np.ndarray, accuracy: np.ndarray, target: float) -> float | None:
-    """Iterations to target by the power law fitted to a curve that has not reached it.
+@dataclass(frozen=True)
+class Extrapolation:
+    """Iterations to target from a curve that has not reached it, and a band on them."""
+    iters: float | None           # None: the plateau lies below the target, or the curve is flat
+    band: tuple[float, float] | None
+    beyond: float                 # how many times the probe's length the estimate lies
+    note: str
 
-    Returns None when the curve is flat or the fit does not reach the target within 10× the
-    probe's length: the probe cannot support a prediction.
+
+EVIDENCE = 10.0    # an estimate further than this many probe lengths is flagged as beyond the evidence
+TOO_FAR = 100.0    # and one further than this is no estimate
+
+
+BOOTSTRAP = 40     # refits on resampled curves, for the band
+
+
+def extrapolate(iters, accuracy, target: float, test_size: int | None = None) -> Extrapolation:
+    """Iterations to target past the end of a probe's curve.
+
+    The estimate is the plateau fit's crossing. The band is the 10th to 90th percentile of the
+    crossings of refits to the fitted curve plus noise as large as the residuals (or the test
+    set's sampling spread, if larger): past the curve's end the floor and the exponent are
+    uncertain, and the band says how much. A refit whose plateau misses the target puts the
+    band's top at infinity. Past EVIDENCE probe lengths the top grows with the distance, since
+    nothing the probe saw bears on it. When the plateau lies below the target, there is no
+    estimate.
     """
-    fit = PowerLaw.fit(iters, accuracy)
-    t = fit.crossing(target) if fit else None
-    return t if t is not None and t <= 10 * fit.last else None
-
-
-def iters_interval(iters: np.ndarray, accuracy: np.ndarray, target: float) -> tuple[float, float] | None:
-    """A ±1σ band for iterations to target: where the fit, shifted by its residual spread, crosses."""
-    fit = PowerLaw.fit(iters, accuracy)
-    if fit is None or fit.crossing(target) is None:
-        return None
-    return fit.crossing(target, -fit.sigma), fit.crossing(target, fit.sigma)
+    iters, accuracy = np.asarray(iters, float), np.asarray(accuracy, float)
+    fit = Plateau.fit(iters, accuracy)
+    if fit is None:
+        return Extrapolation(None, None, math.inf, "too few points to fit")
+    t = fit.crossing(target)
+    if t is None:
+        why = f"levels off at {1 - fit.floor:.3f}, below the target" if 1 - fit.floor <= target else "too flat"
+        return Extrapolation(None, None, math.inf, why)
+    spread = max(fit.sigma, math.sqrt(target * (1 - target) / test_size) if test_size else 0.0)
+    curve = 1.0 - (fit.floor + fit.scale * np.maximum(iters, 1.0) ** -fit.c)
+    rng = np.random.default_rng(0)
+    crossings = []
+    for _ in range(BOOTSTRAP):
+        refit = Plateau.fit(iters, curve + rng.normal(0.0, spread, len(iters)))
+        crossings.append((refit.crossing(target) if refit else None) or math.inf)
+    lo, hi = ((float(np.percentile(crossings, 10, method="lower")), float(np.percentile(crossings, 90, method="higher")))
+              if spread > 0 else (t, t))
+    beyond = t / fit.last
+    if beyond > TOO_FAR:
+        return Extrapolation(None, None, beyond, f"extrapolates {beyond:.0f}× past the probe: too far to trust")
+    if beyond > EVIDENCE:
+        hi = max(hi, t * beyond / EVIDENCE)
+    note = "extrapolated" if beyond <= EVIDENCE else f"extrapolated {beyond:.0f}× past the probe: beyond its evidence"
+    return Extrapolation(t, (float(min(lo, t)), float(max(hi, t))), beyond, note)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Callable
 
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import Dataset, Subset, TensorDataset
 
 from omnitune.errors import UserError
 
@@ -88,6 +88,15 @@ def load(spec: str) -> Workload:
         if not callable(getattr(module, fn, None)):
             raise UserError(f"{path}: a workload must define {fn}() (see README, 'Workloads')")
     return Workload(spec=spec, path=path, module=module)
+
+
+def first(dataset: Dataset, n: int) -> Dataset:
+    """The first `n` samples of a dataset (a TensorDataset stays one, so evaluation slices it)."""
+    if len(dataset) <= n:
+        return dataset
+    if isinstance(dataset, TensorDataset):
+        return TensorDataset(*(t[:n] for t in dataset.tensors))
+    return Subset(dataset, range(n))
 
 
 def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:

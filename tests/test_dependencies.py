@@ -18,7 +18,7 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "omnitune"
 
-CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel",
+CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel", "budget",
         "balance"}
 PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report"}
 PURE_PLANNING = {"optimizer", "study", "replan"}     # planning that imports only the core: no torch

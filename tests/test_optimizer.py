@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from omnitune import optimizer
+from omnitune import budget, optimizer
 from omnitune.errors import UserError
 from omnitune.profile import Calibration
 from omnitune.protocols import Groups, SoftSync, Sync
@@ -20,14 +20,14 @@ class FakeProber:
     def __init__(self):
         self.calls: list[tuple[ProbeConfig, int]] = []
 
-    def __call__(self, cfg: ProbeConfig, max_iters: int, on_eval=lambda it, acc: False) -> ProbeResult:
+    def __call__(self, cfg: ProbeConfig, max_iters: int, max_seconds: float = 30.0, on_eval=lambda it, acc: False) -> ProbeResult:
         self.calls.append((cfg, max_iters))
         step = cfg.lr / cfg.variant.lr_gain
         iters = 4000 / math.sqrt(cfg.samples_per_update) * (1 + 0.5 * (cfg.variant.asynchrony - 1)) \
             * (1 + 2 * abs(math.log10(step / BEST_LR))) * (1 + abs(cfg.momentum - 0.6))
-        reached = iters <= max_iters
-        return ProbeResult(cfg, iters if reached else None, reached, ((int(min(iters, max_iters)), 0.9),),
-                           cfg.variant.asynchrony - 1.0, 0.0, "reached" if reached else "stopped")
+        reached = iters <= max_iters          # a probe cut short extrapolates, exactly here
+        return ProbeResult(cfg, iters, reached, ((int(min(iters, max_iters)), 0.9),),
+                           cfg.variant.asynchrony - 1.0, 0.0, "reached" if reached else "extrapolated")
 
 
 def fast_groups(profile):
@@ -45,7 +45,7 @@ def test_setups_respect_pins(sample_profile):
 
 def test_learning_rate_is_found_over_decades_then_refined(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), prober)
+    scored = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), prober).scored
     sync_lrs = [cfg.lr for cfg, _ in prober.calls]
     assert sync_lrs[:4] == [0.1, 0.01, 0.001, 0.0001]                # Omnivore's decades first
     assert 0.0033 in sync_lrs or 0.003 in sync_lrs                   # refined: a third of a decade above 0.001
@@ -55,12 +55,13 @@ def test_learning_rate_is_found_over_decades_then_refined(sample_profile):
 
 def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(), prober)
+    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(), prober).scored
     times = [s.time_to_target_s for s in scored if s.time_to_target_s is not None]
     assert times == sorted(times) and scored[0].time_to_target_s == times[0]
-    # Each probe is capped at what could still beat the best so far: caps never grow after the first.
+    # Each probe is capped at what its share of the budget buys (from the profile's step times),
+    # and at what could still beat the best so far.
     caps = [cap for _, cap in prober.calls]
-    assert all(b <= caps[0] for b in caps[1:])
+    assert all(cap < 100_000 for cap in caps) and len(set(caps)) > 1
     best = scored[0]
     assert best.time_to_target_s == pytest.approx(best.sec_per_iter * best.iters)
     # Every setup appears, probed or with the reason it was not.
@@ -71,18 +72,18 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
 
 
 def test_no_reachable_target_is_a_clear_error(sample_profile):
-    def never(cfg, max_iters, on_eval=None):
+    def never(cfg, max_iters, max_seconds, on_eval=None):
         return ProbeResult(cfg, None, False, ((max_iters, 0.1),), 0.0, 0.0, "not reached in 10 iterations")
-    scored = optimizer.search(sample_profile, optimizer.Space(lrs=(0.05,), batch_sizes=(16,)), never)
+    found = optimizer.search(sample_profile, optimizer.Space(lrs=(0.05,), batch_sizes=(16,)), never)
     with pytest.raises(UserError, match="no probe reached it.*not reached in 10 iterations"):
-        optimizer.build_plan(scored, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+        optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
 
 
 def test_plan_from_search_is_valid(sample_profile):
-    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(), FakeProber())
-    plan = optimizer.build_plan(scored, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
-    assert plan.prediction.time_to_target_s == pytest.approx(scored[0].time_to_target_s)
-    assert len(plan.candidates) == len(scored)
+    found = optimizer.search(fast_groups(sample_profile), optimizer.Space(), FakeProber())
+    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    assert plan.prediction.time_to_target_s == pytest.approx(found.scored[0].time_to_target_s)
+    assert len(plan.candidates) == len(found.scored)
     assert plan.implicit_momentum == pytest.approx(plan.spec.variant.implicit_momentum())
     assert plan.spec.target_accuracy == 0.9 and plan.schema_version == 2
 
@@ -93,14 +94,17 @@ def test_same_seed_same_plan_with_real_probes(sample_profile, digits):
     space = optimizer.Space(protocols=("sync", "groups"), batch_sizes=(32,), lrs=(0.05, 0.1), momentum=0.5)
     plans = []
     for _ in range(2):
-        scored = optimizer.search(sample_profile, space, make_prober(wl, None, 0.9, seed=7), max_probe_iters=300)
-        plans.append(optimizer.build_plan(scored, sample_profile, "p.json", "lenet-digits", None, 0.9, 7, "now"))
-    assert plans[0] == plans[1]
+        found = optimizer.search(sample_profile, space, make_prober(wl, None, 0.9, seed=7), max_probe_iters=300,
+                                 budget_s=60)
+        plans.append(optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 7, "now"))
+    # Probe lengths are iteration caps, so the same probes give the same plan; only the seconds differ.
+    assert dataclasses.replace(plans[0], planning=None) == dataclasses.replace(plans[1], planning=None)
+    assert plans[0].planning.probes == plans[1].planning.probes
 
 
 def test_a_rung_probes_values_at_most_the_previous_optimum(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(protocols=("sync", "groups")), prober)
+    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(protocols=("sync", "groups")), prober).scored
     kinds = [type(c.variant) for c, _ in prober.calls]
     assert Groups in kinds and kinds.index(Groups) > max(i for i, k in enumerate(kinds) if k is Sync)
     best = min((x for x in scored if isinstance(x.config.variant, Sync) and x.probe and x.iters),
@@ -130,7 +134,7 @@ def test_rudras_rule_gets_its_base_rate_raised(sample_profile, tmp_path):
 def test_settings_at_least_as_large_as_a_divergence_are_skipped(sample_profile):
     calls = []
 
-    def diverges_above(cfg, max_iters, on_eval=None):
+    def diverges_above(cfg, max_iters, max_seconds, on_eval=None):
         calls.append(cfg)
         if isinstance(cfg.variant, Groups) and cfg.momentum >= 0.3:
             return ProbeResult(cfg, None, False, (), 1.0, 0.0, "diverged")
@@ -148,7 +152,7 @@ def test_a_ladder_stops_when_samples_per_second_do_not_improve(sample_profile):
     slow = tuple(Calibration("one-per-core", "groups", 2, b, 1.0) for b in (8, 32))
     prof = dataclasses.replace(sample_profile, calibration=slow)
     prober, logs = FakeProber(), []
-    scored = optimizer.search(prof, optimizer.Space(protocols=("sync", "groups")), prober, log=logs.append)
+    scored = optimizer.search(prof, optimizer.Space(protocols=("sync", "groups")), prober, log=logs.append).scored
     assert all(isinstance(cfg.variant, Sync) for cfg, _ in prober.calls)
     assert any("stop adding asynchrony" in m for m in logs)
     assert any("stop adding asynchrony" in s.note for s in scored if isinstance(s.config.variant, Groups))
@@ -157,22 +161,22 @@ def test_a_ladder_stops_when_samples_per_second_do_not_improve(sample_profile):
 def test_interrupted_search_resumes_from_storage(sample_profile, tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     first = FakeProber()
-    a = optimizer.search(sample_profile, optimizer.Space(), first, study=new_study(storage, "s"))
+    a = optimizer.search(sample_profile, optimizer.Space(), first, budget_s=600, study=new_study(storage, "s")).scored
     again = FakeProber()
-    b = optimizer.search(sample_profile, optimizer.Space(), again, study=new_study(storage, "s"))
+    b = optimizer.search(sample_profile, optimizer.Space(), again, budget_s=600, study=new_study(storage, "s")).scored
     assert first.calls and not again.calls            # every probe came back from the study
     assert [(s.config, s.iters) for s in a] == [(s.config, s.iters) for s in b]
 
 
 def test_budget_stops_probing(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(sample_profile, optimizer.Space(), prober, budget_s=0.0)
+    scored = optimizer.search(sample_profile, optimizer.Space(), prober, budget_s=0.0).scored
     assert len(prober.calls) <= 1 and any("budget" in s.note for s in scored)
 
 
 def test_lagging_probes_are_pruned(sample_profile):
     """A probe that reports a worse accuracy than the median at the same training time stops."""
-    def slow_learner(cfg, max_iters, on_eval):
+    def slow_learner(cfg, max_iters, max_seconds, on_eval):
         good = cfg.lr >= 0.01
         for it in range(10, max_iters + 1, 10):
             acc = min(0.99, it / 300) if good else min(0.99, it / 3000)
@@ -181,7 +185,7 @@ def test_lagging_probes_are_pruned(sample_profile):
             if on_eval(it, acc):
                 return ProbeResult(cfg, None, False, ((it, acc),), 0.0, 0.0, "pruned")
         return ProbeResult(cfg, None, False, ((max_iters, 0.5),), 0.0, 0.0, "not reached")
-    scored = optimizer.search(sample_profile, optimizer.Space(), slow_learner)
+    scored = optimizer.search(sample_profile, optimizer.Space(), slow_learner).scored
     notes = {s.probe.note for s in scored if s.probe and s.config.lr < 0.01}
     assert any(n.startswith("pruned") or n.startswith("cannot beat") for n in notes)
 
@@ -204,3 +208,19 @@ def test_balanced_batches_favour_the_faster_device(sample_profile):
     perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
     b = optimizer.device_batches(perf, Sync(balanced=True), (("cpu0", "cpu1"),), 32)
     assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64
+
+
+def test_scouts_lengthen_until_they_can_predict_then_the_budget_is_a_tenth(sample_profile):
+    """A probe shorter than 6 s sees too little of the curve to predict; the scouts double their
+    length until they can, and the budget then follows the predicted training time."""
+    seconds = []
+
+    def needs_six_seconds(cfg, max_iters, max_seconds, on_eval=None):
+        seconds.append(max_seconds)
+        if max_seconds < 6 * budget.GUARD:
+            return ProbeResult(cfg, None, False, ((max_iters, 0.3),), 0.0, 0.0, "not reached (too flat)")
+        return ProbeResult(cfg, 1e6, False, ((max_iters, 0.5),), 0.0, 0.0, "extrapolated")
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), needs_six_seconds)
+    scouts = [s / budget.GUARD for s in seconds[:12]]
+    assert scouts == [1.5] * 4 + [3.0] * 4 + [6.0] * 4
+    assert found.planning.full and "10% of the predicted training time" in found.planning.reason

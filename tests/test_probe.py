@@ -30,7 +30,7 @@ def test_same_seed_same_curve(digits):
     wl, _, _ = digits
     prober = make_prober(wl, None, 0.95, seed=3)
     cfg = ProbeConfig(Groups(g=2), ((16,), (16,)), 0.05, 0.4)
-    assert prober(cfg, 100).curve == prober(cfg, 100).curve
+    assert prober(cfg, 100, 30).curve == prober(cfg, 100, 30).curve
 
 
 def test_gossip_is_evaluated_right_after_its_averaging_rounds(digits):

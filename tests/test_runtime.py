@@ -124,13 +124,13 @@ def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_pr
     from omnitune.statmodel import ProbeResult
     from tests.conftest import many_workers_profile
 
-    def prober(cfg, max_iters, on_eval=None):          # every setting alike: the rule's momentum wins
+    def prober(cfg, max_iters, max_seconds, on_eval=None):          # every setting alike: the rule's momentum wins
         return ProbeResult(cfg, 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
 
     prof = many_workers_profile(sample_profile, 12, tmp_path)
     space = optimizer.Space(protocols=("groups",), groups=(12,), batch_sizes=(16,), lrs=(0.05,))
-    scored = optimizer.search(prof, space, prober)
-    plan = optimizer.build_plan(scored, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")
+    found = optimizer.search(prof, space, prober)
+    plan = optimizer.build_plan(found, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")
     assert len(plan.spec.groups) == 12 and plan.spec.momentum < 0
     assert plan.spec.momentum == pytest.approx(0.9 - (1 - 1 / 12), abs=1e-4)
     plan_mod.save(plan, tmp_path / "plan.json")

@@ -10,24 +10,38 @@ def test_iters_to_target_interpolates():
     assert statmodel.iters_to_target([10, 20], [0.9, 0.95], 0.8) == 10
 
 
-def test_extrapolation_recovers_a_power_law_and_refuses_flat_curves():
-    t = np.arange(10, 210, 10.0)
-    acc = 1 - 2.0 * t ** -0.5
-    est = statmodel.extrapolate_iters(t, acc, 0.9)       # truth: (2 / 0.1) ** 2 = 400
-    assert est == pytest.approx(400, rel=0.05)
-    assert statmodel.extrapolate_iters(t, np.full_like(t, 0.5), 0.9) is None
-    assert statmodel.extrapolate_iters(t, acc, 0.999) is None              # too far beyond the probe
+def test_extrapolation_recovers_a_power_law_that_levels_off():
+    t = np.arange(10, 410, 10.0)
+    acc = 1 - (0.05 + 2.0 * t ** -0.5)                    # plateau 0.95; truth at 0.9: (2 / 0.05) ** 2 = 1600
+    fit = statmodel.extrapolate(t, acc, 0.9)
+    assert fit.iters == pytest.approx(1600, rel=0.05) and fit.band[0] <= fit.iters <= fit.band[1]
+    assert fit.note == "extrapolated" and fit.beyond == pytest.approx(4, rel=0.05)
+    below = statmodel.extrapolate(t, acc, 0.97)           # above the plateau: no estimate
+    assert below.iters is None and "levels off at 0.95" in below.note
+    assert statmodel.extrapolate(t, np.full_like(t, 0.5), 0.9).iters is None
+    far = statmodel.extrapolate(t[:5], acc[:5], 0.9)       # 50 iterations seen, 1600 to go: 32×, flagged
+    assert far.iters is not None and "beyond its evidence" in far.note
+    slow = 1 - (0.05 + 2.0 * t ** -0.05)                  # crosses 0.9 only after ~1e28 iterations
+    assert statmodel.extrapolate(t, slow, 0.9).iters is None
 
 
-def test_interval_brackets_the_estimate_and_widens_with_noise():
+def test_a_plain_power_law_is_not_mistaken_for_a_plateau():
     t = np.arange(10, 210, 10.0)
-    clean = 1 - 2.0 * t ** -0.5
-    noisy = 1 - 2.0 * t ** -0.5 * np.exp(np.random.default_rng(0).normal(0, 0.1, len(t)))
-    lo0, hi0 = statmodel.iters_interval(t, clean, 0.9)
-    lo1, hi1 = statmodel.iters_interval(t, noisy, 0.9)
-    assert lo0 == pytest.approx(hi0) == pytest.approx(400, rel=0.01)
-    estimate = statmodel.extrapolate_iters(t, noisy, 0.9)
-    assert lo1 < estimate < hi1 and hi1 - lo1 > hi0 - lo0
+    fit = statmodel.extrapolate(t, 1 - 2.0 * t ** -0.5, 0.9)     # truth: (2 / 0.1) ** 2 = 400
+    assert fit.iters == pytest.approx(400, rel=0.05)
+
+
+def test_band_widens_with_noise_and_past_the_evidence():
+    t = np.arange(10, 410, 10.0)
+    clean = 1 - (0.05 + 2.0 * t ** -0.5)
+    noisy = clean + np.random.default_rng(0).normal(0, 0.01, len(t))
+    a, b = statmodel.extrapolate(t, clean, 0.9), statmodel.extrapolate(t, noisy, 0.9)
+    assert b.band[0] <= b.iters <= b.band[1] and b.band[1] - b.band[0] > a.band[1] - a.band[0]
+    short = statmodel.extrapolate(t[:8], clean[:8], 0.9)        # 80 iterations seen, 1600 to go
+    assert short.beyond > statmodel.EVIDENCE and "beyond its evidence" in short.note
+    assert short.band[1] >= short.iters * short.beyond / statmodel.EVIDENCE
+    sampled = statmodel.extrapolate(t, clean, 0.9, test_size=100)   # a small test set: a wide band anyway
+    assert sampled.band[1] - sampled.band[0] > a.band[1] - a.band[0]
 
 
 def test_fit_momentum_recovers_heavy_ball_on_a_quadratic():

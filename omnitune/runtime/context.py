@@ -45,6 +45,8 @@ class JobArgs:
     plan_path: str = ""                # the plan the spec came from, named in the summary
     predicted_sec_per_iter: float = 0.0
     predicted_time_to_target_s: float | None = None
+    planning_s: float | None = None    # what `plan` spent finding the spec (None: not recorded)
+    planning_probes: int = 0
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
@@ -146,6 +148,8 @@ class Context:
             target_accuracy=self.spec.target_accuracy,
             predicted_time_to_target_s=job.predicted_time_to_target_s,
             predicted_sec_per_iter=job.predicted_sec_per_iter,
+            planning_s=job.planning_s,
+            planning_probes=job.planning_probes,
             measured_sec_per_iter=(wall - monitor.eval_s - self.start.train_s)
             / max(iterations - self.start.iteration, 1),
             wall_s=wall,

@@ -25,7 +25,7 @@ from omnitune.runspec import RunSpec
 from omnitune.runtime import checkpoint, launch as launch_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
-from omnitune.runtime.summary import RunSummary, finite_or_none, load as load_summary, save as save_summary
+from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes, roles
 
 # (run spec, checkpoint) -> (the re-tuned run spec, a record of what was tried, for replans.jsonl)
@@ -77,7 +77,9 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
         raise UserError(f"--max-restarts must be at least 0, got {max_restarts}")
     job = dataclasses.replace(job, plan_path=str(Path(plan_path).resolve()),
                               predicted_sec_per_iter=plan.prediction.sec_per_iter,
-                              predicted_time_to_target_s=finite_or_none(plan.prediction.time_to_target_s),
+                              predicted_time_to_target_s=plan.prediction.time_to_target_s,
+                              planning_s=plan.planning.seconds if plan.planning else None,
+                              planning_probes=plan.planning.probes if plan.planning else 0,
                               checkpoint_every_s=checkpoint_every_s or float("inf"), max_restarts=max_restarts)
     if replan_every_s is None:
         return run_job(job)

@@ -27,16 +27,17 @@ class Settings:
     """How hard to measure. `quick` trades precision for a run of a few seconds (tests)."""
     # A Settings travels to the profile's worker processes, so it stays a plain frozen value.
     max_batch: int = 512
-    max_step_s: float = 0.5     # stop growing the batch once one step takes longer
-    repeats: int = 7
+    max_step_s: float = 0.25    # stop growing the batch once one step takes longer
+    repeats: int = 7            # at most; a batch size's repeats stop after size_s (at least 3)
+    size_s: float = 0.5
     warmup: int = 2
     link_repeats: int = 20
-    calibrate_s: float = 0.6                 # each calibration job runs this long
-    calibrate_batches: tuple[int, ...] = (8, 32, 128)
+    calibrate_s: float = 0.4                 # each calibration job runs this long
+    calibrate_batches: tuple[int, ...] = (16, 128)
 
     @classmethod
     def make(cls, quick: bool, max_batch: int | None = None) -> "Settings":
-        s = cls(max_batch=64, max_step_s=0.1, repeats=3, warmup=1, link_repeats=5, calibrate_s=0.2,
+        s = cls(max_batch=64, max_step_s=0.1, repeats=3, size_s=0.2, warmup=1, link_repeats=5, calibrate_s=0.2,
                 calibrate_batches=(8, 32)) if quick else cls()
         if max_batch is not None:
             if max_batch < 1:
@@ -51,7 +52,9 @@ def batch_sizes(max_batch: int) -> list[int]:
     return sizes + ([max_batch] if sizes[-1] != max_batch else [])
 
 
-def median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callable[[], None]) -> float:
+def median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callable[[], None],
+                budget_s: float = float("inf")) -> float:
+    """Median of up to `repeats` timed calls: fewer once they have taken `budget_s` (but at least 3)."""
     for _ in range(warmup):
         fn()
     sync()
@@ -61,6 +64,8 @@ def median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callabl
         fn()
         sync()
         times.append(time.perf_counter() - t)
+        if len(times) >= 3 and sum(times) >= budget_s:
+            break
     return statistics.median(times)
 
 
@@ -87,7 +92,7 @@ class StepTimer:
             self.opt.step()
             emulate_slowdown(self.emulated, started)
         try:
-            return median_time(step, s.repeats, s.warmup, self.sync)
+            return median_time(step, s.repeats, s.warmup, self.sync, s.size_s)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
             return None

@@ -116,13 +116,19 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
     return _timed(update, repeats)
 
 
+CALIBRATION_TEST = 64
+
+
 def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
     """Run each calibration spec as a real job for a moment; rank 0 reports seconds per update."""
     out = []
+    # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
+    # a few test samples, so its time goes to the updates it times.
+    test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
         for spec in job.calibration_specs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
-                           timeout_s=120, plan_path="(calibration)")
+                           eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
             if summary is not None:
                 out.append(Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),

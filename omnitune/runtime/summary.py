@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -41,14 +40,12 @@ class RunSummary:
     # application; hpsgd: local steps before the average change merged; gossip: local steps since
     # the worker last averaged with a peer; sync: 0.
     staleness: tuple[int, ...] = ()
+    planning_s: float | None = None  # what `plan` spent finding this run's spec (the profile not counted)
+    planning_probes: int = 0
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):
             raise ValueError("reached_target must agree with time_to_target_s")
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def save(summary: RunSummary, path: str | os.PathLike) -> None:

@@ -1,0 +1,67 @@
+"""How much planning a job deserves. Pure: no torch, no clock.
+
+Omnivore spends about 10% of training on its optimizer (Hadjis et al. 2016, §4). `plan` first
+scouts: a few short probes at the reference setup predict the training time of the best
+configuration found so far. That prediction sets the budget for the rest of the search:
+
+    planning (scouts included) <= FRACTION × predicted training time
+
+and, within it, how many probes run and how long each may train. A job predicted to train for
+less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the whole `plan`
+(datasets and scouts included) ends within about 15 s, and the table says the job was too small
+for a full search. `--budget-s` overrides all of this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FRACTION = 0.10          # planning's share of the predicted training time
+SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
+SMALL_BUDGET_S = 6.0     # a quick search's probing, scouts included
+SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
+SCOUT_S = 1.5            # each scout probe trains at most this long at first,
+MAX_SCOUT_S = 12.0       # doubled up to this while no scout can predict the training time
+MIN_PROBE_S = 0.5        # shorter probes say nothing about a learning rate
+MIN_PROBE_ITERS = 20     # nor do fewer iterations
+GUARD = 3.0              # a probe stops at this many times its seconds, if the profile misjudged its speed
+MAX_PROBE_S = 30.0       # longer ones buy little ranking for their cost
+WANTED_PROBES = 16       # a full search's probes: Omnivore's decades, refinement and a rung or two
+
+
+@dataclass(frozen=True)
+class Budget:
+    seconds: float        # most seconds of probing in all, scouts included
+    probe_s: float        # most seconds one probe trains
+    probes: int           # how many probes that allows
+    full: bool            # False: the job is too small for a full search
+    reason: str           # for the plan file and the table
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "probe_s": self.probe_s, "probes": self.probes, "full": self.full,
+                "reason": self.reason}
+
+
+def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: float | None = None) -> Budget:
+    """The budget for probing, given the scouts' predicted training time of the best configuration
+    so far (None: the scouts could not predict one) and the seconds the scouts already spent.
+
+    The probes after the scouts share what is left: WANTED_PROBES of them when each can train
+    for at least MIN_PROBE_S, fewer (but at least one) when not.
+    """
+    if override_s is not None:
+        total, full, reason = override_s, True, f"--budget-s {override_s:g}"
+    elif predicted_train_s is None:
+        total, full = SMALL_BUDGET_S * 10, True
+        reason = "the scouts could not predict the training time: a default budget"
+    elif predicted_train_s < SMALL_JOB_S:
+        total, full = SMALL_BUDGET_S, False
+        reason = (f"predicted training {predicted_train_s:.1f}s is under {SMALL_JOB_S:.0f}s: too small for a full "
+                  f"search, a quick one of {SMALL_BUDGET_S:.0f}s")
+    else:
+        total, full = FRACTION * predicted_train_s, True
+        reason = f"{FRACTION:.0%} of the predicted training time {predicted_train_s:.0f}s"
+    left = max(total - scouts_s, 0.0)
+    probes = max(1, min(WANTED_PROBES, int(left / MIN_PROBE_S)))
+    probe_s = min(MAX_PROBE_S, max(MIN_PROBE_S, left / probes))
+    return Budget(total, probe_s, probes if left > 0 else 0, full, reason)

@@ -1,0 +1,39 @@
+"""The planning budget: pure, tested without training."""
+
+import pytest
+
+from omnitune import budget
+
+
+def test_a_tiny_job_gets_a_quick_search_within_its_floor():
+    b = budget.plan_budget(predicted_train_s=0.4, scouts_s=1.0)
+    assert not b.full and "too small for a full search" in b.reason
+    assert b.seconds == budget.SMALL_BUDGET_S and b.seconds + 5 <= 15     # plan within 15 s, loading included
+    assert b.probes >= 1 and b.probe_s >= budget.MIN_PROBE_S
+
+
+def test_planning_is_a_tenth_of_a_long_job_and_buys_more_and_longer_probes():
+    short, long = budget.plan_budget(60.0, scouts_s=4.0), budget.plan_budget(600.0, scouts_s=4.0)
+    assert short.full and long.full
+    assert short.seconds == pytest.approx(6.0) and long.seconds == pytest.approx(60.0)
+    assert long.probes >= short.probes and long.probe_s > short.probe_s
+    assert long.probes * long.probe_s <= long.seconds - 4.0 + 1e-9          # the scouts' time is counted
+
+
+def test_probes_never_exceed_what_is_left():
+    for train_s in (10.0, 30.0, 100.0, 1_000.0, 100_000.0):
+        b = budget.plan_budget(train_s, scouts_s=3.0)
+        assert b.probes * b.probe_s <= max(b.seconds - 3.0, 0.0) + budget.MIN_PROBE_S
+        assert budget.MIN_PROBE_S <= b.probe_s <= budget.MAX_PROBE_S
+
+
+def test_budget_override_wins_and_spent_scouts_leave_no_probes():
+    b = budget.plan_budget(0.4, scouts_s=1.0, override_s=50.0)
+    assert b.full and b.seconds == 50.0 and "--budget-s" in b.reason
+    spent = budget.plan_budget(20.0, scouts_s=5.0)         # a 2 s budget, already spent by the scouts
+    assert spent.probes == 0
+
+
+def test_unknown_training_time_gets_a_default_budget():
+    b = budget.plan_budget(None, scouts_s=2.0)
+    assert b.seconds > budget.SMALL_BUDGET_S and "could not predict" in b.reason
