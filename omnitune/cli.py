@@ -53,20 +53,22 @@ def profile(
     """Measure each device's training throughput and the links between devices."""
     from omnitune import profile as profile_mod, profiler
     from omnitune.cluster import load_cluster, local_cluster
+    # Worker logs go to a temporary folder, kept only when a failure wrote into it (its message names it).
+    logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
     try:
         settings = profiler.Settings.make(quick, max_batch)
         spec = load_cluster(cluster) if cluster else local_cluster()
         with console.status("profiling…") as status:
-            # Worker logs go to a temporary folder; a failure's message names it.
-            logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
             prof = profiler.profile(spec, workload, data_dir, settings, logs,
                                     progress=lambda m: status.update(f"profiling: {m}"), node_rank=node_rank)
-        shutil.rmtree(logs, ignore_errors=True)        # kept only when a failure names it
+        shutil.rmtree(logs, ignore_errors=True)
         if prof is None:
             out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
             return
         profile_mod.save(prof, out_path)
     except UserError as e:
+        if not any(logs.iterdir()):
+            logs.rmdir()
         _fail(e)
     table = Table(title=f"{prof.workload}: {prof.model_params:,} parameters")
     for col in ("device", "threads", "batch 1 (samples/s)", "best (samples/s)", "at batch", "gain"):

@@ -1,6 +1,7 @@
 """The command line: bad input gives one line and exit 2; the whole path runs."""
 
 import json
+import tempfile
 
 import pytest
 from typer.testing import CliRunner
@@ -63,12 +64,19 @@ def test_report_bad_input(tmp_path):
     fails_cleanly(["report", str(tmp_path / "nope.json")], "file not found")
 
 
-def test_profile_bad_input(tmp_path):
-    fails_cleanly(["profile", "--workload", "nope", "--out", str(tmp_path / "p.json")], "unknown workload")
-    (tmp_path / "c.yaml").write_text("nodes: []\n")
-    fails_cleanly(["profile", "--workload", "lenet-digits", "--cluster", str(tmp_path / "c.yaml"),
-                   "--out", str(tmp_path / "p.json")], "at least one node")
+def test_profile_bad_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))         # where the worker-log folder goes
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None
+    try:
+        fails_cleanly(["profile", "--workload", "nope", "--out", str(tmp_path / "p.json")], "unknown workload")
+        (tmp_path / "c.yaml").write_text("nodes: []\n")
+        fails_cleanly(["profile", "--workload", "lenet-digits", "--cluster", str(tmp_path / "c.yaml"),
+                       "--out", str(tmp_path / "p.json")], "at least one node")
+    finally:
+        tempfile.tempdir = None
     assert not (tmp_path / "p.json").exists()
+    assert not list((tmp_path / "tmp").iterdir())              # no empty log folder left behind
 
 
 def test_run_asks_the_launcher_for_every_process(tmp_path, monkeypatch):
