@@ -144,7 +144,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
     band = plan.candidates[0].iters_band
     return {
         "name": name, "target_accuracy": b.target, "cap_s": b.cap_s, "long": b.long,
-        "plan": {**{k: v for k, v in describe_plan(plan).items()},
+        "plan": {**describe_plan(plan),
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
                  "predicted_iters": plan.prediction.iters_to_target, "iters_band": list(band),
                  "planning": plan.planning.__dict__, **planned},

@@ -132,19 +132,18 @@ def enumerate_setups(profile: Profile, space: Space) -> list[Setup]:
                 sec = perf.sec_per_iter(Shape(groups, batch, v, layout))
                 batches = tuple(tuple(batch[d] for d in g) for g in groups)
                 out.append(Setup(layout, v, groups, b, batches, sec, measured_staleness(profile, layout, v, b),
-                                 probe_cost(perf, v, groups, batch)))
+                                 probe_cost(perf, v, groups, batches)))
     return out
 
 
 def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...],
-               batch: dict[str, int]) -> float:
+               batches: tuple[tuple[int, ...], ...]) -> float:
     """Seconds a probe takes per iteration: it computes, one after another in one process, the
     gradients of every sample an iteration consumes. An estimate (the probe's threads differ from
     the devices'), used to turn a probe's time into an iteration cap, so the same profile and
     seed give the same probes and plan."""
-    every = sum(float(perf.compute[d](batch[d])) for g in groups for d in g)
-    total = sum(batch[d] for g in groups for d in g)
-    return every * variant.samples_per_update(tuple(tuple(batch[d] for d in g) for g in groups)) / total
+    every = sum(float(perf.compute[d](b)) for g, bs in zip(groups, batches) for d, b in zip(g, bs))
+    return every * variant.samples_per_update(batches) / sum(map(sum, batches))
 
 
 def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.1) -> bool:
