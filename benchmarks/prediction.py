@@ -2,10 +2,12 @@
 
     python -m benchmarks.prediction [--quick]
 
-For several configurations on this machine (sync and groups, g = 1 and 2, several batch sizes, two
+For several configurations on this machine (sync and groups, g = 1 and 2, several batch sizes, four
 workloads), plan each configuration with its values pinned (so the prediction is the model's for
-exactly that configuration), run it with `omnitune run`, and compare. Writes
-benchmarks/results/prediction.json (+ prediction.png).
+exactly that configuration), probe it PREDICT_S longer for its time to target (`plan --predict-s`),
+run it with `omnitune run`, and compare. The minutes-long workloads' rows are out of sample: their
+per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
+calibration's (16, 128). Writes benchmarks/results/prediction.json (+ prediction.png).
 """
 
 from __future__ import annotations
@@ -33,8 +35,16 @@ CONFIGS = [
     ("cnn1d-mnist1d", 0.8, "one-per-core", "sync", 1, 32, 0.1),
     ("cnn1d-mnist1d", 0.8, "one-per-core", "groups", 2, 32, 0.05),
     ("cnn1d-mnist1d", 0.8, "one-per-core", "groups", 2, 64, 0.05),
+    ("shapes-resnet", 0.9, "one-worker", "sync", 1, 48, 0.1),
+    ("shapes-resnet", 0.9, "one-per-core", "sync", 1, 24, 0.1),
+    ("teacher-mlp", 0.985, "one-worker", "sync", 1, 192, 0.1),
+    ("teacher-mlp", 0.985, "one-per-core", "sync", 1, 96, 0.1),
+    ("teacher-mlp", 0.985, "one-per-core", "groups", 2, 128, 0.05),
 ]
 QUICK = [c for i, c in enumerate(CONFIGS) if i in (0, 1, 3, 5, 7, 8)]
+LONG = ("shapes-resnet", "teacher-mlp")       # out of sample; goals 10% (sec/iter) and 25% (time)
+PREDICT_S = 30.0                              # the longer probe of each configuration
+MAX_RUN_S = {"shapes-resnet": 300.0, "teacher-mlp": 300.0}
 
 
 def pct_err(predicted: float | None, measured: float | None) -> float | None:
@@ -47,13 +57,15 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
     name, target, layout, protocol, g, batch, lr = cfg
     wl = workload.load(name)
     space = optimizer.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
-    found = optimizer.search(prof, space, make_prober(wl, None, target, seed=0), max_probe_iters=5000)
+    prober = make_prober(wl, None, target, seed=0)
+    found = optimizer.predict(optimizer.search(prof, space, prober), prober, PREDICT_S)
     plan = optimizer.build_plan(found, prof, str(prof_path), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_path = work / f"plan{i}.json"
     plan_mod.save(plan, plan_path)
-    s = job.run(str(plan_path), str(work / f"run{i}"), max_time_s=120)
+    s = job.run(str(plan_path), str(work / f"run{i}"), max_time_s=MAX_RUN_S.get(name, 120.0))
     p = plan.prediction
+    band = plan.candidates[0].iters_band
     return {"workload": name, "target": target, "layout": layout, "protocol": protocol, "groups": g,
             "batch": batch, "lr": lr, "momentum": plan.spec.momentum,
             "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": s.measured_sec_per_iter,
@@ -61,7 +73,16 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
             "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": s.time_to_target_s,
             "sec_per_iter_pct_err": pct_err(p.sec_per_iter, s.measured_sec_per_iter),
             "time_to_target_pct_err": pct_err(p.time_to_target_s, s.time_to_target_s),
+            "iters_band": list(band), "band_holds": holds(band, s.iterations if s.reached_target else None),
+            "out_of_sample": name in LONG, "probe_note": plan.candidates[0].note,
             "mean_staleness": s.mean_staleness}
+
+
+def holds(band: tuple[float, ...], measured: float | None) -> bool | None:
+    """Whether the band (low, high), or (low,) with no top, holds the measured iterations."""
+    if not band or measured is None:
+        return None
+    return band[0] <= measured <= (band[1] if len(band) > 1 else float("inf"))
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -73,18 +94,18 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, key, label, scale in ((axes[0], "sec_per_iter", "ms per iteration", 1e3),
                                   (axes[1], "time_to_target_s", "time to target (s)", 1.0)):
         pts = [(r[f"predicted_{key}"] * scale, r[f"measured_{key}"] * scale, r)
-               for r in rows if r[f"measured_{key}"]]
+               for r in rows if r[f"measured_{key}"] and r[f"predicted_{key}"]]
         for pred, meas, r in pts:
             marker = "o" if r["protocol"] == "sync" else "s"
-            color = "C0" if r["workload"] == "lenet-digits" else "C1"
+            color = {"lenet-digits": "C0", "cnn1d-mnist1d": "C1", "shapes-resnet": "C2"}.get(r["workload"], "C3")
             ax.scatter(pred, meas, marker=marker, color=color)
         lo, hi = 0.0, max(max(p, m) for p, m, _ in pts) * 1.1
         ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = predicted")
         ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel=f"predicted {label}", ylabel=f"measured {label}", title=label)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
-    fig.suptitle("omnitune prediction vs real runs (circles: sync, squares: groups; blue: lenet, orange: cnn1d)",
-                 fontsize=9)
+    fig.suptitle("omnitune prediction vs real runs (circles: sync, squares: groups; blue: lenet, orange: cnn1d, "
+                 "green: shapes-resnet, red: teacher-mlp)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -105,17 +126,30 @@ def main() -> None:
         for i, cfg in enumerate(configs):
             rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i))
             print_rows("so far", rows[-1:], list(rows[-1]))
-    med = lambda key: statistics.median(r[key] for r in rows if r[key] is not None)
+    def med(key: str, which=lambda r: True) -> float | None:
+        xs = [r[key] for r in rows if r[key] is not None and which(r)]
+        return statistics.median(xs) if xs else None
+    out = lambda r: r["out_of_sample"]
+    bands = [r["band_holds"] for r in rows if r["band_holds"] is not None]
     result = {"quick": args.quick, "rows": rows,
               "sec_per_iter_median_abs_pct_err": med("sec_per_iter_pct_err"),
               "time_to_target_median_abs_pct_err": med("time_to_target_pct_err"),
-              "goals": {"sec_per_iter_median_abs_pct_err": 15, "time_to_target_median_abs_pct_err": 30}}
+              "out_of_sample_sec_per_iter_median_abs_pct_err": med("sec_per_iter_pct_err", out),
+              "out_of_sample_time_to_target_median_abs_pct_err": med("time_to_target_pct_err", out),
+              "band_holds": f"{sum(bands)} of {len(bands)}",
+              "goals": {"sec_per_iter_median_abs_pct_err": 15, "time_to_target_median_abs_pct_err": 30,
+                        "out_of_sample_sec_per_iter_median_abs_pct_err": 10,
+                        "out_of_sample_time_to_target_median_abs_pct_err": 25}}
     cols = ["workload", "layout", "protocol", "groups", "batch", "predicted_sec_per_iter", "measured_sec_per_iter",
             "sec_per_iter_pct_err", "predicted_iters", "measured_iters", "predicted_time_to_target_s",
             "measured_time_to_target_s", "time_to_target_pct_err"]
     print_rows("predicted vs measured", rows, cols)
-    print(f"median |error|: sec/iter {result['sec_per_iter_median_abs_pct_err']:.1f}% (goal 15%), "
-          f"time to target {result['time_to_target_median_abs_pct_err']:.1f}% (goal 30%)")
+    fmt = lambda x: "-" if x is None else f"{x:.1f}%"
+    print(f"median |error|: sec/iter {fmt(result['sec_per_iter_median_abs_pct_err'])} (goal 15%), "
+          f"time to target {fmt(result['time_to_target_median_abs_pct_err'])} (goal 30%); out of sample "
+          f"{fmt(result['out_of_sample_sec_per_iter_median_abs_pct_err'])} (goal 10%) and "
+          f"{fmt(result['out_of_sample_time_to_target_median_abs_pct_err'])} (goal 25%); the band held the run's "
+          f"iterations in {result['band_holds']}")
     path = write_results("prediction", result)
     plot(rows, RESULTS / "prediction.png")
     print(f"wrote {path} and {RESULTS / 'prediction.png'}")

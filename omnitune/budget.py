@@ -1,7 +1,7 @@
 """How much planning a job deserves. Pure: no torch, no clock.
 
 Omnivore spends about 10% of training on its optimizer (Hadjis et al. 2016, §4). `plan` first
-scouts: a few short probes at the reference setup predict the training time of the best
+scouts: the cold start's decade probes, SCOUT_S each, predict the training time of the best
 configuration found so far. That prediction sets the budget for the rest of the search:
 
     planning (scouts included) <= FRACTION × predicted training time
@@ -9,7 +9,12 @@ configuration found so far. That prediction sets the budget for the rest of the 
 and, within it, how many probes run and how long each may train. A job predicted to train for
 less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the whole `plan`
 (datasets and scouts included) ends within about 15 s, and the table says the job was too small
-for a full search. `--budget-s` overrides all of this.
+for a full search. When no scout can predict (a long job: its curve has barely left chance), the
+budget is a fixed UNKNOWN_BUDGET_S, and the optimizer ranks configurations by training loss after
+equal training time instead. `--budget-s` overrides all of this.
+
+A probe's test evaluations are budgeted too (`evaluations`): on a large model one costs as much as
+many training steps.
 """
 
 from __future__ import annotations
@@ -20,13 +25,24 @@ FRACTION = 0.10          # planning's share of the predicted training time
 SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
 SMALL_BUDGET_S = 6.0     # a quick search's probing, scouts included
 SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
-SCOUT_S = 1.5            # each scout probe trains at most this long at first,
-MAX_SCOUT_S = 12.0       # doubled up to this while no scout can predict the training time
+SCOUT_S = 1.5            # each scout probe trains about this long
+UNKNOWN_BUDGET_S = 15.0  # the budget, scouts included, when no scout can predict the training time
 MIN_PROBE_S = 0.5        # shorter probes say nothing about a learning rate
 MIN_PROBE_ITERS = 20     # nor do fewer iterations
 GUARD = 3.0              # a probe stops at this many times its seconds, if the profile misjudged its speed
 MAX_PROBE_S = 30.0       # longer ones buy little ranking for their cost
 WANTED_PROBES = 16       # a full search's probes: Omnivore's decades, refinement and a rung or two
+PROBE_TEST = 500         # probes evaluate on at most this many test samples,
+EVALS = 64               # at most this many times (closely at first; the last at the probe's end),
+RANKING_EVALS = 4        # fewer when probes are ranked by their training loss,
+EVAL_SHARE = 0.25        # and in all for at most about this share of the probe's time
+
+
+def evaluations(probe_s: float, eval_s: float, most: int = EVALS) -> int:
+    """How many test evaluations a probe of `probe_s` seconds affords, one costing `eval_s`: at
+    most EVAL_SHARE of its time, and at least two (the middle and the end). Worked out from the
+    profile's step times, not measured while probing, so the same seed gives the same curve."""
+    return max(2, min(most, int(EVAL_SHARE * probe_s / max(eval_s, 1e-9))))
 
 
 @dataclass(frozen=True)
@@ -52,8 +68,8 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
     if override_s is not None:
         total, full, reason = override_s, True, f"--budget-s {override_s:g}"
     elif predicted_train_s is None:
-        total, full = SMALL_BUDGET_S * 10, True
-        reason = "the scouts could not predict the training time: a default budget"
+        total, full = UNKNOWN_BUDGET_S, True
+        reason = "the scouts could not predict the training time: a fixed budget"
     elif predicted_train_s < SMALL_JOB_S:
         total, full = SMALL_BUDGET_S, False
         reason = (f"predicted training {predicted_train_s:.1f}s is under {SMALL_JOB_S:.0f}s: too small for a full "

@@ -102,6 +102,8 @@ def plan(
     probe_iters: int = typer.Option(100_000, help="most iterations one probe may train"),
     budget_s: Optional[float] = typer.Option(None, help="most seconds to spend on probes (default: sized to "
                                              "the job, about 10% of its predicted training time)"),
+    predict_s: float = typer.Option(0.0, help="then probe the chosen configuration this many seconds more, to "
+                                    "predict its time to target where the search could not (long jobs)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
     from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, study as study_mod, workload as wl_mod
@@ -109,6 +111,8 @@ def plan(
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
         if budget_s is not None and budget_s < 0:
             raise UserError(f"--budget-s must not be negative, got {budget_s}")
+        if predict_s < 0:
+            raise UserError(f"--predict-s must not be negative, got {predict_s}")
         prof = profile_mod.load(profile_path)
         largest = max(len(devices) for devices in prof.cluster.layouts.values())
         if groups is not None and groups > largest:
@@ -125,6 +129,9 @@ def plan(
         with console.status("planning…") as status:
             found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                      study=study, log=lambda m: status.update(f"planning: {m}"))
+            if predict_s > 0:
+                status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
+                found = optimizer.predict(found, prober, predict_s)
         result = optimizer.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         plan_mod.save(result, out_path)
@@ -137,7 +144,14 @@ def plan(
     chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
              f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
              f"(implicit {result.implicit_momentum:.2f})")
-    if p.time_to_target_s is None:
+    if result.planning and result.planning.ranked_by == optimizer.RANKED_BY_LOSS:
+        when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
+                if p.time_to_target_s is None else
+                f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
+                f"{p.sec_per_iter * 1e3:.2f} ms")
+        out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
+                  f"lowest training loss after equal training time (Omnivore's criterion); {when}")
+    elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
                   f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "
                   "iteration. A larger --budget-s runs longer probes.")

@@ -164,7 +164,10 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
                                       emulated_slowdown=slow[i] if slow else 1.0))
             except ValueError as e:
                 raise UserError(f"{path}: nodes[{n}]: {e}") from None
-        devices += [Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g, node=n) for g in node.gpus]
+        for g in node.gpus:
+            if g < 0:
+                raise UserError(f"{path}: nodes[{n}].gpus: a GPU index must be at least 0, got {g}")
+            devices.append(Device(f"{prefix}cuda{g}", "cuda", host=node.host, cuda_index=g, node=n))
     if not devices:
         raise UserError(f"{path}: nodes: no cpu_workers or gpus listed")
     hosts = [node.host for node in spec.nodes]

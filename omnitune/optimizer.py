@@ -13,9 +13,14 @@ efficiency first. Probes then follow Omnivore's loop (Hadjis et al. 2016, §4):
      Rudra's staleness-scaled step has its base rate raised by the mean staleness it divides by.
   3. A ladder stops when a rung's samples per second, at the previous optimum's per-device
      batch, are not 10% above the previous optimum's: asynchrony no longer buys hardware speed.
-The search is sized to the job (budget.py): the cold start's first probes are short scouts whose
-best predicted training time sets the planning budget, re-set after every probe from the best
-time so far, and so how many probes follow and how long each trains.
+The search is sized to the job (budget.py): the cold start's decade probes are short scouts
+(largest rate first, stopping at the first that does worse than the best so far) whose best
+predicted training time sets the planning budget, re-set after every probe from the best time so
+far, and so how many probes follow and how long each trains. When no scout can predict a time to
+target (a long job, its curve barely off chance), every later probe trains for the same predicted
+training time as the scouts did (iterations × the setup's seconds per iteration, so faster setups
+train more iterations), and configurations rank by their training loss at the end: Omnivore's
+own criterion. The plan then carries a predicted time only if its probe could extrapolate one.
 Settings at least as large as one that diverged are skipped. Each probe is capped at the
 iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
 whose pruner stops it when it lags the others at the same predicted training time (study.py).
@@ -39,9 +44,9 @@ from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
 from omnitune.statmodel import ProbeConfig, ProbeResult
 
-# (config, max_iters, max_seconds, on_eval) -> result; on_eval(iteration, accuracy) returns True
-# to stop (prune)
-Prober = Callable[[ProbeConfig, int, float, Callable[[int, float], bool]], ProbeResult]
+# (config, max_iters, max_seconds, on_eval, evals) -> result; on_eval(iteration, accuracy) returns
+# True to stop (prune); evals: how many test evaluations the probe may make
+Prober = Callable[[ProbeConfig, int, float, Callable[[int, float], bool], int], ProbeResult]
 LR_DECADES = (0.1, 0.01, 0.001, 0.0001)   # Omnivore's cold start
 LR_REFINE = (1 / 3, 3.0)                  # then about half a decade either side of the best
 RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
@@ -49,6 +54,7 @@ DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 MU_STAR = 0.9    # the synchronous optimum Omnivore starts from
 OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
 STOP_GAIN = 0.10  # climb a ladder only while samples per second improve by at least this much
+RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,13 @@ def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...],
     return every * variant.samples_per_update(batches) / sum(map(sum, batches))
 
 
+def eval_cost(setups: list[Setup]) -> float:
+    """Seconds a probe's test evaluation takes: a forward pass over PROBE_TEST samples, about half
+    a training step's time per sample (from the profile, at the cheapest per sample)."""
+    per_sample = min(s.probe_sec_per_iter / s.variant.samples_per_update(s.batches) for s in setups)
+    return budget_mod.PROBE_TEST * per_sample / 2
+
+
 def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.1) -> bool:
     """Whether the devices' best throughputs differ by more than `margin`."""
     speeds = [profile.device(d).best.samples_per_s for d in devices]
@@ -184,8 +197,13 @@ def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> li
 
 @dataclass(frozen=True)
 class Search:
-    scored: list[Scored]         # every configuration considered, best predicted time first
+    scored: list[Scored]         # every configuration considered, best first
     planning: Planning           # what the search spent, and its budget
+
+    @property
+    def ranked(self) -> bool:
+        """Whether configurations were ranked by training loss, not by time to target."""
+        return self.planning.ranked_by == RANKED_BY_LOSS
 
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 100_000,
@@ -204,7 +222,8 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log)
     scored = loop.run()
     b = loop.budget or budget_mod.plan_budget(None, loop.elapsed(), budget_s)
-    return Search(scored, Planning(loop.elapsed(), loop.probes_run, b.seconds, b.full, b.reason))
+    return Search(scored, Planning(loop.elapsed(), loop.probes_run, b.seconds, b.full, b.reason,
+                                   RANKED_BY_LOSS if loop.ranking else RANKED_BY_TIME))
 
 
 class OmnivoreLoop:
@@ -217,16 +236,21 @@ class OmnivoreLoop:
         self.max_iters, self.override_s, self.log = max_probe_iters, budget_s, log
         # Set once the scouts have run, or at once from an override.
         self.budget = None if budget_s is None else budget_mod.plan_budget(None, 0.0, budget_s)
-        self.scouting = budget_s is None          # the cold start's first probes, until they predict
-        self.scout_s = budget_mod.SCOUT_S
+        self.scouting = budget_s is None          # the cold start's first probes
+        # Once no scout can predict a time to target, probes train for equal (predicted) training
+        # time and are compared by their training loss at its end.
+        self.ranking = False
+        self.train_s = 0.0                        # each ranking probe's predicted training time
         self.probes_run = 0
         self.results: dict[ProbeConfig, ProbeResult] = study_mod.stored_results(study)
-        self.best = math.inf
+        self.best = math.inf            # the best time to target so far: later probes are capped to beat it
+        self.predicted = math.inf       # the best predicted one, reached or extrapolated: sets the budget
         self.diverged: list[ProbeConfig] = []
         self.tried: dict[tuple[Setup, float, float], str] = {}     # every (setup, lr, momentum) considered
         self.start = time.perf_counter()
         # Probes report accuracy on a shared clock of predicted training time (for the pruner).
         self.tick_s = min(s.sec_per_iter for s in setups) * 50
+        self.eval_s = eval_cost(setups)
 
     def run(self) -> list[Scored]:
         root, ladders = protocols.ladders(list(dict.fromkeys(s.variant for s in self.setups)))
@@ -284,27 +308,24 @@ class OmnivoreLoop:
         return self.best_of(setups)
 
     def decades(self, ref: Setup) -> float | None:
-        """The best effective learning rate at `ref`: decades, carried on past a winning edge,
-        then half a decade either side of the best."""
+        """The best effective learning rate at `ref`: decades from the largest down, until one does
+        worse than the best so far (the scouts, compared by time if they reach the target, else by
+        training loss), carried on past a winning edge, then half a decade either side of the best."""
         mu = self.momenta(ref.variant)[0]
         if self.space.lrs is not None:
             for lr in self.space.lrs:
                 self.probe(ref, lr, mu)
-            self.end_scouting()
+            self.end_scouting(ref)
             return None
-        tried = list(LR_DECADES)
-        for lr in tried:
+        tried: list[float] = []
+        for lr in LR_DECADES:                # largest first, until one does worse than the best so far
+            tried.append(lr)
             self.probe(ref, self.rates(ref, [lr])[0], mu)
+            scout = [k for x in tried if (k := self.scout_rank(ref, self.rates(ref, [x])[0], mu)) is not None]
+            if len(scout) >= 2 and scout[-1] > min(scout):
+                break
+        self.end_scouting(ref)
         best = self.best_rate(ref, mu, tried)
-        while best is None and self.scout_s < budget_mod.MAX_SCOUT_S and self.override_s is None:
-            # No scout saw enough of the curve to predict: scout again, twice as long.
-            self.scout_s *= 2
-            self.log(f"scouts too short to predict; again at {self.scout_s:.0f}s each")
-            for lr in tried:
-                self.forget(ref.probe(self.rates(ref, [lr])[0], mu))
-                self.probe(ref, self.rates(ref, [lr])[0], mu)
-            best = self.best_rate(ref, mu, tried)
-        self.end_scouting()
         while best is not None and (best == max(tried) < 1 or best == min(tried) > 1e-6):
             edge = best * 10 if best == max(tried) else best / 10
             tried.append(edge)
@@ -320,7 +341,7 @@ class OmnivoreLoop:
         return self.best_rate(ref, mu, tried)
 
     def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
-        done = [(t, lr) for lr in effective if (t := self.time_of(s, self.rates(s, [lr])[0], mu)) is not None]
+        done = [(k, lr) for lr in effective if (k := self.rank(s, self.rates(s, [lr])[0], mu)) is not None]
         return min(done)[1] if done else None
 
     def climb(self, setups: list[Setup], prev: Scored) -> Scored | None:
@@ -350,13 +371,17 @@ class OmnivoreLoop:
         return (f"{after.variant.label} gives {after.samples_per_s:,.0f} samples/s at batch {after.batch}, not "
                 f"{STOP_GAIN:.0%} above {before.samples_per_s:,.0f} of {pc.variant.label}: stop adding asynchrony")
 
-    def time_of(self, s: Setup, lr: float, mu: float) -> float | None:
+    def scout_rank(self, s: Setup, lr: float, mu: float) -> tuple[int, float] | None:
+        """Before the mode is known: by time to target where a probe predicts one, else by loss."""
         r = self.results.get(s.probe(lr, mu))
-        return None if r is None or r.iters_to_target is None else r.iters_to_target * s.sec_per_iter
+        return rank_key(r, s.sec_per_iter, False) or rank_key(r, s.sec_per_iter, True)
+
+    def rank(self, s: Setup, lr: float, mu: float) -> tuple[int, float] | None:
+        return rank_key(self.results.get(s.probe(lr, mu)), s.sec_per_iter, self.ranking)
 
     def best_of(self, setups: list[Setup]) -> Scored | None:
-        done = [(t, s, lr, mu) for (s, lr, mu), note in self.tried.items()
-                if s in setups and not note and (t := self.time_of(s, lr, mu)) is not None]
+        done = [(k, s, lr, mu) for (s, lr, mu), note in self.tried.items()
+                if s in setups and not note and (k := self.rank(s, lr, mu)) is not None]
         if not done:
             return None
         _, s, lr, mu = min(done, key=lambda d: d[0])
@@ -385,20 +410,27 @@ class OmnivoreLoop:
         if r.note == "diverged":
             self.diverged.append(pc)
         if r.iters_to_target is not None:
-            self.best = min(self.best, r.iters_to_target * s.sec_per_iter)
+            self.predicted = min(self.predicted, r.iters_to_target * s.sec_per_iter)
+            if r.reached or not self.ranking:
+                self.best = min(self.best, r.iters_to_target * s.sec_per_iter)
         if not self.scouting:
             self.set_budget()
         return r
 
-    def forget(self, pc: ProbeConfig) -> None:
-        """Drop a probe's result, to run it again longer."""
-        self.results.pop(pc, None)
-        self.tried = {k: v for k, v in self.tried.items() if k[0].probe(k[1], k[2]) != pc}
-
-    def end_scouting(self) -> None:
+    def end_scouting(self, ref: Setup) -> None:
+        """After the scouts: the budget from their best predicted time; and when none could predict
+        one, ranking by training loss at equal training time from here on."""
+        if not self.ranking and all(r.iters_to_target is None for r in self.results.values()):
+            # Every later probe trains as long (in predicted training time) as the scouts did.
+            self.train_s = self.cap(ref.sec_per_iter, ref.probe_sec_per_iter) * ref.sec_per_iter
+            self.ranking = True
+            self.best = math.inf         # extrapolations no longer cap probes
         if self.scouting:
             self.scouting = False
             self.set_budget()
+        if self.ranking:
+            self.log(f"no scout could predict the time to target: probes train {self.train_s:.1f}s each "
+                     "(predicted training time) and are ranked by their training loss")
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -406,22 +438,34 @@ class OmnivoreLoop:
     def set_budget(self) -> None:
         """The budget from the best predicted training time so far: it shrinks as the search
         finds faster configurations."""
-        best = None if math.isinf(self.best) else self.best
+        best = None if math.isinf(self.predicted) else self.predicted
         new = budget_mod.plan_budget(best, self.elapsed(), self.override_s)
         if new != self.budget and (self.budget is None or new.reason != self.budget.reason):
             self.log(f"budget: {new.seconds:.1f}s ({new.reason}); probes of up to {new.probe_s:.1f}s")
         self.budget = new
 
+    def cap(self, sec: float, probe_sec: float) -> int:
+        """A probe's iterations: its probe time's worth, or when ranking, its training time's
+        (so that probes of faster setups train more iterations)."""
+        if self.ranking:
+            return max(budget_mod.MIN_PROBE_ITERS, round(self.train_s / sec))
+        probe_s = budget_mod.SCOUT_S if self.scouting or self.budget is None else self.budget.probe_s
+        return max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9)))
+
     def run_probe(self, pc: ProbeConfig, sec: float, probe_sec: float) -> ProbeResult | None:
         beat = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
         if beat < 1:
             return None
-        probe_s = self.scout_s if self.scouting or self.budget is None else self.budget.probe_s
-        cap = min(beat, max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9))))
+        cap = min(beat, self.cap(sec, probe_sec))
+        probe_s = cap * probe_sec
+        # The iteration cap sets the probe's length; the time limit only guards a bad estimate.
+        limit_s = budget_mod.GUARD * max(probe_s, self.budget.probe_s if self.budget else budget_mod.SCOUT_S)
         trial = study_mod.ask(self.study, pc)
         reported = {"step": -1}
 
         def on_eval(iteration: int, accuracy: float) -> bool:
+            if self.scouting or self.ranking:     # compared at their end, not pruned on early accuracy
+                return False
             step = int(iteration * sec / self.tick_s)
             if step <= reported["step"]:
                 return False
@@ -430,8 +474,9 @@ class OmnivoreLoop:
             reported["step"] = step
             return trial.should_prune()
         self.probes_run += 1
-        # The iteration cap sets the probe's length; the time limit only guards a bad estimate.
-        r = self.prober(pc, cap, budget_mod.GUARD * probe_s, on_eval)
+        most = budget_mod.RANKING_EVALS if self.ranking else budget_mod.EVALS
+        evals = budget_mod.evaluations(probe_s, self.eval_s, most)
+        r = self.prober(pc, cap, limit_s, on_eval, evals)
         if r.note == "pruned":
             r = replace(r, iters_to_target=None, note="pruned: lagging the median")
         elif beat < self.max_iters and not r.reached and r.note != "diverged" \
@@ -446,12 +491,24 @@ class OmnivoreLoop:
         """Every configuration considered, probed or not, and every setup never reached."""
         out = [Scored(s.config(lr, mu), s.sec_per_iter, self.results.get(s.probe(lr, mu)) if not note else None,
                       note) for (s, lr, mu), note in self.tried.items()]
-        out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, x.sec_per_iter))
+        out.sort(key=lambda x: (rank_key(x.probe, x.sec_per_iter, self.ranking) or (2, 0.0), x.sec_per_iter))
         reached = {s for s, _, _ in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
         out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
                 for s in self.setups if s not in reached]
         return out
+
+
+def rank_key(r: ProbeResult | None, sec_per_iter: float, ranking: bool) -> tuple[int, float] | None:
+    """How a probe ranks (lower is better), None when it cannot: first by time to target (reached,
+    or predicted unless ranking), then, when ranking, by training loss at the probe's end."""
+    if r is None or r.note == "diverged" or r.note.startswith("pruned"):
+        return None
+    if r.iters_to_target is not None and (r.reached or not ranking):
+        return (0, r.iters_to_target * sec_per_iter)
+    if ranking and r.train_loss is not None and math.isfinite(r.train_loss):
+        return (1, r.train_loss)
+    return None
 
 
 def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
@@ -460,8 +517,15 @@ def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
         layout=s.config.layout, variant=s.config.variant, batch_size=s.config.batch, lr=s.config.lr,
         momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
-        note=s.probe.note if s.probe else (s.note or "not probed"),
+        note=probe_note(s.probe) if s.probe else (s.note or "not probed"),
         iters_band=band(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
+
+
+def probe_note(r: ProbeResult) -> str:
+    """A probe's outcome, with its training loss at the end when it stopped short of the target."""
+    if r.reached or r.train_loss is None:
+        return r.note
+    return f"{r.note}; training loss {r.train_loss:.3f} after {r.iters} iterations"
 
 
 def band(interval: tuple[float, float]) -> tuple[float, ...]:
@@ -470,14 +534,36 @@ def band(interval: tuple[float, float]) -> tuple[float, ...]:
     return tuple(x for x in interval if math.isfinite(x))
 
 
+def predict(found: Search, prober: Prober, seconds: float) -> Search:
+    """Probe the chosen configuration once more, for about `seconds` (beyond the planning budget),
+    so that its curve reaches far enough to predict the time to target, with a band. The search's
+    ranking stands; only the winner's probe is replaced. Where planning ranked by training loss,
+    this is the way to a prediction on a long job."""
+    best = found.scored[0] if found.scored else None
+    if best is None or best.probe is None or seconds <= 0:
+        return found
+    old = best.probe
+    per_iter = old.seconds / old.iters if old.iters and old.seconds > 0 else None
+    if per_iter is None:
+        return found
+    cap = max(budget_mod.MIN_PROBE_ITERS, int(seconds / per_iter))
+    start = time.perf_counter()
+    r = prober(old.config, cap, budget_mod.GUARD * seconds, lambda it, acc: False, budget_mod.EVALS)
+    spent = time.perf_counter() - start
+    p = found.planning
+    planning = replace(p, seconds=p.seconds + spent, probes=p.probes + 1,
+                       reason=f"{p.reason}; then {spent:.1f}s probing the chosen configuration to predict its time")
+    return Search([replace(best, probe=r)] + found.scored[1:], planning)
+
+
 def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
                data_dir: str | None, target: float, seed: int, created_at: str) -> Plan:
-    """The winning configuration as a Plan. When no probe could predict its time to target, the
-    configuration whose probe learned most (Omnivore's criterion: the best accuracy after a short
-    run), with no prediction; a clear error when no probe learned at all."""
+    """The winning configuration as a Plan: the first of the search's ranking. When no probe could
+    be ranked, the configuration whose probe reached the highest accuracy, with no prediction; a
+    clear error when no probe learned at all."""
     scored = found.scored
     best = scored[0]
-    if best.time_to_target_s is None:
+    if rank_key(best.probe, best.sec_per_iter, found.ranked) is None:
         learned = [s for s in scored if s.probe and len(s.probe.curve) > 1 and s.probe.note != "diverged"
                    and s.probe.curve[-1][1] > s.probe.curve[0][1]]
         if not learned:

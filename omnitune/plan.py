@@ -64,6 +64,7 @@ class Planning:
     budget_s: float
     full: bool                       # False: the job was too small for a full search
     reason: str
+    ranked_by: str = "predicted time to target"   # or "training loss at equal training time"
 
     def __post_init__(self):
         if self.seconds < 0 or self.probes < 0 or self.budget_s < 0:

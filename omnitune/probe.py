@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -14,43 +15,55 @@ import numpy as np
 import torch
 
 from omnitune import replan, statmodel, workload as workload_mod
+from omnitune.budget import EVALS, PROBE_TEST
 from omnitune.emulator import emulator
 from omnitune.runspec import RunSpec
 from omnitune.runtime.flat import momentum_vector
 from omnitune.statmodel import ProbeConfig, ProbeResult
 from omnitune.workload import Workload, evaluate, first
 
-PROBE_TEST = 500      # probes evaluate on at most this many test samples: their curves need many points
-EVALS = 16            # and at most about this many evaluations, so a short probe is not all evaluation
-
 
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
               max_seconds: float, seed: int, eval_every: int = 10,
-              on_eval: Callable[[int, float], bool] = lambda it, acc: False, growth: float = 1.0) -> ProbeResult:
+              on_eval: Callable[[int, float], bool] = lambda it, acc: False,
+              schedule: list[int] | None = None) -> ProbeResult:
     """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out.
 
-    Evaluates every `eval_every` iterations, or with `growth` > 1 at iterations that grow by that
-    factor (at least `eval_every` apart). `on_eval(iteration, accuracy)` sees every evaluation;
+    Evaluates at the iterations of `schedule` (default: every `eval_every`), moved up to where the
+    runtime evaluates too, and at the last. `on_eval(iteration, accuracy)` sees every evaluation;
     returning True stops the probe (pruned).
     """
     start = time.perf_counter()
-    period = math.lcm(eval_every, cfg.variant.eval_period)    # where the runtime evaluates too
+    period = math.lcm(eval_every, cfg.variant.eval_period) if schedule is None else cfg.variant.eval_period
+    points = sorted({period * math.ceil(p / period) for p in schedule}) if schedule is not None else None
     emu = emulator(wl, train, cfg, seed)
     curve: list[tuple[int, float]] = []
-    note, next_eval = "", period
+    losses: list[float] = []
+    note, k = "", 0
     while emu.it < max_iters:
-        if not math.isfinite(emu.step()):
+        losses.append(emu.step())
+        if not math.isfinite(losses[-1]):
             note = "diverged"
             break
-        if emu.it >= next_eval or emu.it == max_iters:
-            next_eval = period * math.ceil(max(emu.it + period, emu.it * growth) / period)
+        last = emu.it >= max_iters or time.perf_counter() - start > max_seconds
+        due = emu.it % period == 0 if points is None else (k < len(points) and emu.it >= points[k])
+        if due or last:
+            while points is not None and k < len(points) and points[k] <= emu.it:
+                k += 1
             curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
-            if curve[-1][1] >= target or time.perf_counter() - start > max_seconds:
+            if curve[-1][1] >= target or last:
                 break
             if on_eval(*curve[-1]):
                 note = "pruned"
                 break
-    return summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start, len(test))
+    r = summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start, len(test))
+    return replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it)
+
+
+def tail_loss(losses: list[float]) -> float | None:
+    """Mean training loss over the last quarter of a probe: Omnivore's score for comparing
+    configurations after equal training time (free, unlike a test evaluation)."""
+    return float(np.mean(losses[-max(1, len(losses) // 4):])) if losses else None
 
 
 def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, note: str,
@@ -72,16 +85,34 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
     return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval)
 
 
+def eval_schedule(max_iters: int, evals: int) -> list[int]:
+    """Iterations at which a probe of `max_iters` evaluates, at most `evals` times, the last at
+    its end: every few iterations at first, then 10% apart (so the crossing of a short job's
+    target is read off closely), spaced wider when that would take more than `evals`."""
+    step = max(1, min(10, max_iters // 20))
+    growth = 1.1
+    while True:
+        points, it = [], step
+        while it < max_iters:
+            points.append(it)
+            it = max(it + step, math.ceil(it * growth))
+        if len(points) < max(evals, 1):
+            return points + [max_iters]
+        growth *= 1.1
+        step *= 2
+
+
 def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
-    """A prober for the optimizer: (config, max_iters, max_seconds) -> ProbeResult on this workload.
-    It evaluates every 1/EVALS of its iterations (every 10 at most; 10% apart later on), on the
-    test set's first PROBE_TEST samples, so a short probe is not all evaluation."""
+    """A prober for the optimizer: (config, max_iters, max_seconds, on_eval, evals) -> ProbeResult
+    on this workload. It evaluates on the test set's first PROBE_TEST samples, at most `evals`
+    times (eval_schedule; the optimizer picks `evals` so evaluating stays cheap)."""
     train, test = wl.build_datasets(data_dir, seed)
     test = first(test, PROBE_TEST)
 
-    def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False) -> ProbeResult:
-        every = max(1, min(10, max_iters // 20), max_iters // EVALS)
-        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, every, on_eval, growth=1.1)
+    def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False,
+               evals: int = EVALS) -> ProbeResult:
+        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, on_eval=on_eval,
+                         schedule=eval_schedule(max_iters, evals))
     return prober
 
 

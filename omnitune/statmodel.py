@@ -158,6 +158,8 @@ class ProbeResult:
     seconds: float
     note: str                        # "reached", "extrapolated", "diverged", "not reached in N …"
     interval: tuple[float, float] | None = None    # ±1σ band of iters_to_target from the fitted curve
+    train_loss: float | None = None  # mean training loss over the probe's last quarter (None: diverged)
+    iters: int = 0                   # iterations the probe trained
 
 
 @dataclass(frozen=True)

@@ -37,3 +37,11 @@ def test_budget_override_wins_and_spent_scouts_leave_no_probes():
 def test_unknown_training_time_gets_a_default_budget():
     b = budget.plan_budget(None, scouts_s=2.0)
     assert b.seconds > budget.SMALL_BUDGET_S and "could not predict" in b.reason
+
+
+def test_evaluations_stay_a_small_share_of_a_probe():
+    assert budget.evaluations(10.0, eval_s=0.001) == budget.EVALS            # cheap: as many as wanted
+    assert budget.evaluations(2.0, eval_s=0.25) == 2                          # dear: the middle and the end
+    few = budget.evaluations(8.0, eval_s=0.1)
+    assert 2 < few < budget.EVALS and few * 0.1 <= budget.EVAL_SHARE * 8.0
+    assert budget.evaluations(10.0, 0.001, most=budget.RANKING_EVALS) == budget.RANKING_EVALS

@@ -41,6 +41,8 @@ PLAN = ["plan", "--workload", "lenet-digits", "--out", "/tmp/never-written.json"
      "--batch-size must be at least 1"),
     (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--protocol", "x"], "--protocol"),
     (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--lr", "-0.1"], "--lr"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--predict-s", "-1"],
+     "--predict-s must not be negative"),
 ])
 def test_plan_bad_input(extra, needle):
     fails_cleanly(PLAN + extra, needle)

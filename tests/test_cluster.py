@@ -52,6 +52,7 @@ def test_two_nodes_on_one_host_get_a_fixed_port_and_the_named_server_node(tmp_pa
     ("nodes: []", "at least one node"),
     ("nodes:\n  - cpu_workers: [0]", "threads must be at least 1"),
     ("nodes:\n  - cpu_workers: []", "no cpu_workers or gpus"),
+    ("nodes:\n  - gpus: [-1]", "gpus: a GPU index must be at least 0"),
     ("nodes:\n  - cpus: 3", "unknown key 'cpus'"),
     ("nodes: [", "not valid YAML"),
     ("- 1", "expected a mapping"),

@@ -20,7 +20,8 @@ class FakeProber:
     def __init__(self):
         self.calls: list[tuple[ProbeConfig, int]] = []
 
-    def __call__(self, cfg: ProbeConfig, max_iters: int, max_seconds: float = 30.0, on_eval=lambda it, acc: False) -> ProbeResult:
+    def __call__(self, cfg: ProbeConfig, max_iters: int, max_seconds: float = 30.0, on_eval=lambda it, acc: False,
+                 evals: int = 16) -> ProbeResult:
         self.calls.append((cfg, max_iters))
         step = cfg.lr / cfg.variant.lr_gain
         iters = 4000 / math.sqrt(cfg.samples_per_update) * (1 + 0.5 * (cfg.variant.asynchrony - 1)) \
@@ -72,7 +73,7 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
 
 
 def test_no_reachable_target_is_a_clear_error(sample_profile):
-    def never(cfg, max_iters, max_seconds, on_eval=None):
+    def never(cfg, max_iters, max_seconds, on_eval=None, evals=16):
         return ProbeResult(cfg, None, False, ((max_iters, 0.1),), 0.0, 0.0, "not reached in 10 iterations")
     found = optimizer.search(sample_profile, optimizer.Space(lrs=(0.05,), batch_sizes=(16,)), never)
     with pytest.raises(UserError, match="no probe reached it.*not reached in 10 iterations"):
@@ -134,7 +135,7 @@ def test_rudras_rule_gets_its_base_rate_raised(sample_profile, tmp_path):
 def test_settings_at_least_as_large_as_a_divergence_are_skipped(sample_profile):
     calls = []
 
-    def diverges_above(cfg, max_iters, max_seconds, on_eval=None):
+    def diverges_above(cfg, max_iters, max_seconds, on_eval=None, evals=16):
         calls.append(cfg)
         if isinstance(cfg.variant, Groups) and cfg.momentum >= 0.3:
             return ProbeResult(cfg, None, False, (), 1.0, 0.0, "diverged")
@@ -176,7 +177,7 @@ def test_budget_stops_probing(sample_profile):
 
 def test_lagging_probes_are_pruned(sample_profile):
     """A probe that reports a worse accuracy than the median at the same training time stops."""
-    def slow_learner(cfg, max_iters, max_seconds, on_eval):
+    def slow_learner(cfg, max_iters, max_seconds, on_eval, evals=16):
         good = cfg.lr >= 0.01
         for it in range(10, max_iters + 1, 10):
             acc = min(0.99, it / 300) if good else min(0.99, it / 3000)
@@ -210,17 +211,46 @@ def test_balanced_batches_favour_the_faster_device(sample_profile):
     assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64
 
 
-def test_scouts_lengthen_until_they_can_predict_then_the_budget_is_a_tenth(sample_profile):
-    """A probe shorter than 6 s sees too little of the curve to predict; the scouts double their
-    length until they can, and the budget then follows the predicted training time."""
-    seconds = []
+def test_when_no_scout_can_predict_probes_train_equally_long_and_rank_by_loss(sample_profile):
+    """Scouts too short to predict the time to target: a fixed budget, later probes train for the
+    same predicted training time as the scouts (more iterations on faster setups), and the plan
+    is the lowest training loss (Omnivore's criterion), with no predicted time."""
+    calls = []
 
-    def needs_six_seconds(cfg, max_iters, max_seconds, on_eval=None):
-        seconds.append(max_seconds)
-        if max_seconds < 6 * budget.GUARD:
-            return ProbeResult(cfg, None, False, ((max_iters, 0.3),), 0.0, 0.0, "not reached (too flat)")
-        return ProbeResult(cfg, 1e6, False, ((max_iters, 0.5),), 0.0, 0.0, "extrapolated")
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), needs_six_seconds)
-    scouts = [s / budget.GUARD for s in seconds[:12]]
-    assert scouts == [1.5] * 4 + [3.0] * 4 + [6.0] * 4
-    assert found.planning.full and "10% of the predicted training time" in found.planning.reason
+    def loss_only(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        calls.append((cfg, max_iters, evals))
+        loss = 1.0 + abs(math.log10(cfg.lr / 0.1)) + 100.0 / max_iters      # more iterations, lower loss
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), loss_only)
+    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert [c.lr for c, _, _ in calls[:3]] == [0.1, 0.01, 1.0]     # decades stop at the first worse one
+    setups = {s.probe(c.lr, c.momentum): s for s in optimizer.enumerate_setups(sample_profile, optimizer.Space())
+              for c, _, _ in calls}
+    trained = [cap * setups[c].sec_per_iter for c, cap, _ in calls if cap > budget.MIN_PROBE_ITERS]
+    assert trained and max(trained) == pytest.approx(min(trained), rel=0.2)
+    assert all(evals <= budget.RANKING_EVALS for _, _, evals in calls[3:])
+    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    losses = [s.probe.train_loss for s in found.scored if s.probe]
+    assert plan.spec.lr == 0.1 and plan.prediction.time_to_target_s is None
+    assert found.scored[0].probe.train_loss == min(losses)
+
+
+def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
+    """--predict-s: where the search ranked by loss, one longer probe of the chosen configuration
+    reaches far enough to predict its time to target, with a band, and planning records it."""
+    def needs_long_curves(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        predicts = max_iters >= 20_000
+        r = ProbeResult(cfg, 30_000.0 if predicts else None, False, ((max_iters, 0.5),), 0.0, 1e-4 * max_iters,
+                        "extrapolated" if predicts else "not reached", (25_000.0, 40_000.0) if predicts else None)
+        return dataclasses.replace(r, train_loss=1.0 + abs(math.log10(cfg.lr / 0.1)), iters=max_iters)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), needs_long_curves)
+    assert found.ranked and found.scored[0].time_to_target_s is None
+    longer = optimizer.predict(found, needs_long_curves, seconds=3.0)         # 1e-4 s per iteration: 30,000
+    best = longer.scored[0]
+    assert best.config == found.scored[0].config and best.iters == 30_000.0
+    assert longer.planning.probes == found.planning.probes + 1 and "predict" in longer.planning.reason
+    plan = optimizer.build_plan(longer, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    assert plan.prediction.time_to_target_s == pytest.approx(30_000 * best.sec_per_iter)
+    assert plan.candidates[0].iters_band == (25_000.0, 40_000.0)
+    assert optimizer.predict(found, needs_long_curves, seconds=0.0) is found

@@ -124,7 +124,7 @@ def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_pr
     from omnitune.statmodel import ProbeResult
     from tests.conftest import many_workers_profile
 
-    def prober(cfg, max_iters, max_seconds, on_eval=None):          # every setting alike: the rule's momentum wins
+    def prober(cfg, max_iters, max_seconds, on_eval=None, evals=16):          # every setting alike: the rule's momentum wins
         return ProbeResult(cfg, 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
 
     prof = many_workers_profile(sample_profile, 12, tmp_path)
