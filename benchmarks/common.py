@@ -12,6 +12,14 @@ from omnitune.files import atomic_write_json
 RESULTS = Path(__file__).parent / "results"
 
 
+def band_holds(band, measured: float | None) -> bool | None:
+    """Whether a band on iterations, (low, high) or (low,) with no top, holds the measured
+    iterations; None when there is no band or no measurement."""
+    if not band or measured is None:
+        return None
+    return band[0] <= measured <= (band[1] if len(band) > 1 else float("inf"))
+
+
 def write_results(name: str, data: dict) -> Path:
     path = RESULTS / f"{name}.json"
     atomic_write_json(path, data)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import RESULTS, print_rows, write_results
+from benchmarks.common import RESULTS, band_holds, print_rows, write_results
 from omnitune import optimizer, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.optimizer import Config
@@ -167,18 +166,15 @@ def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
         "default_over_plan": default["median_s"] / planned["median_s"],
         "repeats": len(seeds),
         "spread": {"plan": planned["spread_s"], "oracle": oracle["spread_s"], "default": default["spread_s"]},
-        "band_holds": band_holds(band, planned["runs"]),
+        "band_holds": holds_per_run(band, planned["runs"]),
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
     }
 
 
-def band_holds(band, runs: list[dict]) -> list[bool]:
-    """Whether the band (low, high), or (low,) with no top, holds each run's iterations; none
-    when the plan had no band."""
-    if not band:
-        return []
-    return [band[0] <= r["iterations"] <= (band[1] if len(band) > 1 else math.inf) for r in runs if r["reached"]]
+def holds_per_run(band, runs: list[dict]) -> list[bool]:
+    """Whether the plan's band held each run that reached the target; none without a band."""
+    return [band_holds(band, r["iterations"]) for r in runs if r["reached"]] if band else []
 
 
 def describe_plan(plan) -> dict:
@@ -195,7 +191,7 @@ def kept_rows(quick: bool) -> list[dict]:
     data = json.loads(path.read_text())
     if data.get("version") != 2 or data.get("quick") != quick:
         return []
-    return [{**r, "band_holds": band_holds(r["plan"]["iters_band"], r["plan"]["runs"])} for r in data["workloads"]]
+    return [{**r, "band_holds": holds_per_run(r["plan"]["iters_band"], r["plan"]["runs"])} for r in data["workloads"]]
 
 
 def main() -> None:

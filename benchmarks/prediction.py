@@ -18,7 +18,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import RESULTS, print_rows, write_results
+from benchmarks.common import RESULTS, band_holds, print_rows, write_results
 from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.probe import make_prober
@@ -73,16 +73,10 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
             "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": s.time_to_target_s,
             "sec_per_iter_pct_err": pct_err(p.sec_per_iter, s.measured_sec_per_iter),
             "time_to_target_pct_err": pct_err(p.time_to_target_s, s.time_to_target_s),
-            "iters_band": list(band), "band_holds": holds(band, s.iterations if s.reached_target else None),
+            "iters_band": list(band), "band_holds": band_holds(band, s.iterations if s.reached_target else None),
             "out_of_sample": name in LONG, "probe_note": plan.candidates[0].note,
             "mean_staleness": s.mean_staleness}
 
-
-def holds(band: tuple[float, ...], measured: float | None) -> bool | None:
-    """Whether the band (low, high), or (low,) with no top, holds the measured iterations."""
-    if not band or measured is None:
-        return None
-    return band[0] <= measured <= (band[1] if len(band) > 1 else float("inf"))
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -424,7 +424,6 @@ class OmnivoreLoop:
             # Every later probe trains as long (in predicted training time) as the scouts did.
             self.train_s = self.cap(ref.sec_per_iter, ref.probe_sec_per_iter) * ref.sec_per_iter
             self.ranking = True
-            self.best = math.inf         # extrapolations no longer cap probes
         if self.scouting:
             self.scouting = False
             self.set_budget()

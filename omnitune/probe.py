@@ -34,8 +34,11 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
     returning True stops the probe (pruned).
     """
     start = time.perf_counter()
-    period = math.lcm(eval_every, cfg.variant.eval_period) if schedule is None else cfg.variant.eval_period
-    points = sorted({period * math.ceil(p / period) for p in schedule}) if schedule is not None else None
+    period = cfg.variant.eval_period
+    if schedule is None:
+        every = math.lcm(eval_every, period)
+        schedule = list(range(every, max_iters + 1, every))
+    points = sorted({period * math.ceil(p / period) for p in schedule})
     emu = emulator(wl, train, cfg, seed)
     curve: list[tuple[int, float]] = []
     losses: list[float] = []
@@ -46,9 +49,8 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
             note = "diverged"
             break
         last = emu.it >= max_iters or time.perf_counter() - start > max_seconds
-        due = emu.it % period == 0 if points is None else (k < len(points) and emu.it >= points[k])
-        if due or last:
-            while points is not None and k < len(points) and points[k] <= emu.it:
+        if (k < len(points) and emu.it >= points[k]) or last:
+            while k < len(points) and points[k] <= emu.it:
                 k += 1
             curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
             if curve[-1][1] >= target or last:

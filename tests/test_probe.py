@@ -1,4 +1,4 @@
-from omnitune.probe import ProbeConfig, make_prober, run_probe
+from omnitune.probe import ProbeConfig, eval_schedule, make_prober, run_probe
 from omnitune.protocols import Gossip, Groups, SoftSync, Sync
 
 
@@ -40,3 +40,11 @@ def test_gossip_is_evaluated_right_after_its_averaging_rounds(digits):
     r = run_probe(wl, train, test, ProbeConfig(Gossip(every=4), ((16, 16),), 0.05, 0.9), 1.1, 60, 30, seed=0,
                   eval_every=10)
     assert [it for it, _ in r.curve] == [20, 40, 60]
+
+
+def test_eval_schedule_is_close_early_and_within_its_count():
+    close = eval_schedule(1500, 64)
+    assert close[:3] == [10, 20, 30] and close[-1] == 1500 and len(close) <= 64    # a short job's crossing
+    few = eval_schedule(5000, 4)
+    assert len(few) <= 4 and few[-1] == 5000 and few == sorted(set(few))           # dear evaluations: spread out
+    assert eval_schedule(24, 2)[-1] == 24
