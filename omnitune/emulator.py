@@ -34,6 +34,7 @@ import torch
 
 from omnitune import protocols
 from omnitune.runtime.checkpoint import Start, make_optimizer
+from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.flat import get_buffers, get_grads, get_state, num_buffers, num_params, set_state
 from omnitune.runtime.peer import matching
 from omnitune.runtime.server import ParameterServer
@@ -203,7 +204,7 @@ class ServerEmulator(Emulator):
         return self.model
 
 
-def seed_momentum(opt: torch.optim.Optimizer, model: torch.nn.Module, velocity: torch.Tensor) -> None:
+def seed_momentum(opt: HeavyBall, model: torch.nn.Module, velocity: torch.Tensor) -> None:
     """Give `opt` the momentum buffer of a checkpoint (flat, in parameter order)."""
     offset = 0
     for p in model.parameters():

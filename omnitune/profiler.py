@@ -53,7 +53,8 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     """
     wl = workload_mod.load(workload_spec)
     model = wl.build_model()
-    train, _ = wl.build_datasets(data_dir, 0)
+    datasets = wl.build_datasets(data_dir, 0)
+    train = datasets[0]
     biggest = max(cluster.layouts, key=lambda k: len(cluster.layouts[k]))
     concurrent = cluster.layout(biggest)
     # Rank 0 plays the parameter server on the server's node; rank i runs device i - 1 where it is.
@@ -66,10 +67,14 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         several = len(everyone) > 1
         specs = calibration_specs(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
                                   server_only=several)
+        shared = log_dir / "datasets.pt"         # this node's processes load them: faster than building
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
-                         launch_mod.store_port(everyone, cluster.rendezvous))
-        results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
-                                         run_id=f"profile-{_digest(cluster, workload_spec)}")
+                         launch_mod.store_port(everyone, cluster.rendezvous), workload_mod.share(datasets, shared))
+        try:
+            results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
+                                             run_id=f"profile-{_digest(cluster, workload_spec)}")
+        finally:
+            shared.unlink(missing_ok=True)
         gathered = next((r for r in results.values() if r is not None), None)
         if gathered is None:                    # another node's rank 0 has the measurements
             return None

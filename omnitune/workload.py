@@ -90,6 +90,21 @@ def load(spec: str) -> Workload:
     return Workload(spec=spec, path=path, module=module)
 
 
+def share(datasets: tuple[Dataset, Dataset], path: Path) -> str | None:
+    """Write tensor datasets to `path` so that other processes of this host load them instead of
+    building them again (2–3 s each for the generated ones); None when they are not tensors."""
+    if not all(isinstance(d, TensorDataset) for d in datasets):
+        return None
+    torch.save([d.tensors for d in datasets], path)
+    return str(path)
+
+
+def shared(path: str) -> tuple[Dataset, Dataset]:
+    """The datasets `share` wrote."""
+    train, test = torch.load(path, weights_only=True)
+    return TensorDataset(*train), TensorDataset(*test)
+
+
 def first(dataset: Dataset, n: int) -> Dataset:
     """The first `n` samples of a dataset (a TensorDataset stays one, so evaluation slices it)."""
     if len(dataset) <= n:

@@ -9,23 +9,23 @@ import sys
 
 import pytest
 
+from omnitune.runtime.launch import free_port
 from tests.conftest import ROOT, make_plan
 
 pytestmark = pytest.mark.slow
 
 
 def two_free_ports() -> int:
-    """A port P with P + 1 free too (the rendezvous and the job's store)."""
+    """A port P with P + 1 free too (the rendezvous and the job's store), below the ephemeral range."""
     for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                    return port
-                except OSError:
-                    continue
+        port = free_port()
+        with socket.socket() as b:
+            try:
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
     raise RuntimeError("no two consecutive free ports")
 
 

@@ -31,7 +31,7 @@ class Start:
     optimizer: dict | None = None
 
 
-def save(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, iteration: int, train_s: float) -> None:
+def save(path: Path, model: torch.nn.Module, opt: HeavyBall, iteration: int, train_s: float) -> None:
     state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": iteration,
              "train_s": train_s}
     data = io.BytesIO()

@@ -21,6 +21,7 @@ from omnitune.files import append_jsonl, atomic_write_bytes, to_dict
 from omnitune.runspec import RunSpec
 from omnitune.runtime import checkpoint
 from omnitune.runtime.checkpoint import Start
+from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
 from omnitune.runtime.topology import Role
@@ -108,7 +109,7 @@ class Context:
         self.tick()
         return value
 
-    def new_monitor(self, opt: torch.optim.Optimizer, model: torch.nn.Module | None = None) -> Monitor:
+    def new_monitor(self, opt: HeavyBall, model: torch.nn.Module | None = None) -> Monitor:
         """The coordinator's monitor; it checkpoints `model` (default: this process's) with `opt`
         every `checkpoint_every_s`."""
         job, target = self.job, self.spec.target_accuracy

@@ -45,6 +45,7 @@ class ProfileJob:
     nodes: tuple[Node, ...] = ()        # where each rank runs
     node: int = 0                       # the node these processes run on
     store_port: int = 0                 # of the job's store, served by rank 0
+    datasets: str | None = None         # the datasets, written by `workload.share` (None: build them)
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -145,7 +146,7 @@ def main(job: ProfileJob) -> list[dict] | None:
     torch_dev = torch_device(device)
     try:
         wl = workload_mod.load(job.workload)
-        train, test = wl.build_datasets(job.data_dir, 0)
+        train, test = workload_mod.shared(job.datasets) if job.datasets else wl.build_datasets(job.data_dir, 0)
         timer = StepTimer(wl, train, torch_dev, device)
         result: dict = {"rank": rank}
         if device is not None:

@@ -19,6 +19,7 @@ from omnitune.protocols import Variant
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params, set_buffers, set_grads
+from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.topology import group_ranks
 
 
@@ -33,7 +34,7 @@ class ParameterServer:
     the mean of the k groups' changes of the BatchNorm statistics to the server's.
     """
 
-    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, variant: Variant):
+    def __init__(self, model: torch.nn.Module, opt: HeavyBall, variant: Variant):
         self.model, self.opt = model, opt
         self.P, self.B = num_params(model), num_buffers(model)
         self.per_update = variant.gradients_per_update
