@@ -67,6 +67,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         several = len(everyone) > 1
         specs = calibration_specs(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
                                   server_only=several)
+        log_dir.mkdir(parents=True, exist_ok=True)
         shared = log_dir / "datasets.pt"         # this node's processes load them: faster than building
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
                          launch_mod.store_port(everyone, cluster.rendezvous), workload_mod.share(datasets, shared))
