@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import shutil
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -53,23 +52,27 @@ def profile(
     """Measure each device's training throughput and the links between devices."""
     from omnitune import profile as profile_mod, profiler
     from omnitune.cluster import load_cluster, local_cluster
-    # Worker logs go to a temporary folder, kept only when a failure wrote into it (its message names it).
-    logs = Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
+    # Worker logs go beside the profile, kept only when a failure wrote into them (its message
+    # names them): nothing of the command stays in the system's temporary folder.
+    logs = out_path.with_name(out_path.name + ".logs")
+    done = False
     try:
         settings = profiler.Settings.make(quick, max_batch)
         spec = load_cluster(cluster) if cluster else local_cluster()
         with console.status("profiling…") as status:
             prof = profiler.profile(spec, workload, data_dir, settings, logs,
                                     progress=lambda m: status.update(f"profiling: {m}"), node_rank=node_rank)
-        shutil.rmtree(logs, ignore_errors=True)
         if prof is None:
+            done = True
             out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
             return
         profile_mod.save(prof, out_path)
+        done = True
     except UserError as e:
-        if not any(logs.iterdir()):
-            logs.rmdir()
         _fail(e)
+    finally:
+        if done or not (logs.is_dir() and any(logs.iterdir())):
+            shutil.rmtree(logs, ignore_errors=True)
     table = Table(title=f"{prof.workload}: {prof.model_params:,} parameters")
     for col in ("device", "threads", "batch 1 (samples/s)", "best (samples/s)", "at batch", "gain"):
         table.add_column(col, justify="right")

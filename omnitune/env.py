@@ -28,11 +28,34 @@ def fault() -> tuple[str, int, int] | None:
     return None
 
 
-def keep_gloo_on_loopback() -> None:
-    """Make gloo listen on the loopback interface (unless GLOO_SOCKET_IFNAME names one): gloo
-    otherwise binds the address the hostname resolves to, which may face the network."""
-    import socket
+def bind_gloo_to(host: str) -> None:
+    """Make gloo listen on the interface that holds `host`'s address (unless GLOO_SOCKET_IFNAME
+    already names one): gloo otherwise binds the address the hostname resolves to, which may face
+    another network, or not exist at all inside a network namespace."""
+    name = interface_of(host)
+    if name:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
 
-    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
-    if names:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
+
+def interface_of(host: str) -> str | None:
+    """The network interface whose IPv4 address is `host`'s (a loopback one for loopback)."""
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    names = [name for _, name in socket.if_nameindex()]
+    if address.startswith("127."):
+        return next((n for n in names if n.startswith("lo")), None)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            try:        # SIOCGIFADDR: the interface's IPv4 address, at bytes 20..24 of the ifreq
+                ifreq = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue                      # no IPv4 address
+            if socket.inet_ntoa(ifreq[20:24]) == address:
+                return name
+    return None

@@ -70,7 +70,8 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         log_dir.mkdir(parents=True, exist_ok=True)
         shared = log_dir / "datasets.pt"         # this node's processes load them: faster than building
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
-                         launch_mod.store_port(everyone, cluster.rendezvous), workload_mod.share(datasets, shared))
+                         launch_mod.store_port(everyone, cluster.rendezvous), workload_mod.share(datasets, shared),
+                         str(log_dir))
         try:
             results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
                                              run_id=f"profile-{_digest(cluster, workload_spec)}")

@@ -108,12 +108,13 @@ def test_ctrl_c_stops_every_process_and_leaves_a_checkpoint(tmp_path):
     import uuid
 
     plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], lr=0.001, target=0.999)
-    run_dir = tmp_path / "run"
+    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     tag = f"omnitune-test-{uuid.uuid4().hex}"
     proc = subprocess.Popen([sys.executable, "-m", "omnitune.cli", "run", str(plan), "--out-dir", str(run_dir),
                              "--checkpoint-every-s", "0.3", "--max-time-s", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMNITUNE_TEST_TAG": tag})
+                            env={**os.environ, "OMNITUNE_TEST_TAG": tag, "TMPDIR": str(scratch)})
     deadline = time.time() + 90
     while not (run_dir / "checkpoint.pt").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -127,3 +128,28 @@ def test_ctrl_c_stops_every_process_and_leaves_a_checkpoint(tmp_path):
     time.sleep(1)
     assert processes_mentioning(tag) == []                      # no process left behind
     assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["iteration"] > 0
+    assert list(scratch.iterdir()) == []                        # nothing left in the temporary folder
+
+
+def test_profile_and_a_failed_run_leave_nothing_in_the_temporary_folder(tmp_path):
+    """A profile that succeeds, and a run whose workers fail on a broken checkpoint (torch writes
+    each traceback to a temporary file): afterwards the temporary folder is as empty as before."""
+    import os
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    cli = [sys.executable, "-m", "omnitune.cli"]
+    done = subprocess.run([*cli, "profile", "--workload", "logreg-digits", "--quick", "--out",
+                           str(tmp_path / "p.json")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "p.json.logs").exists()
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], target=0.999)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    failed = subprocess.run([*cli, "run", str(plan), "--out-dir", str(tmp_path / "run"), "--resume"],
+                            capture_output=True, text=True, env=env)
+    assert failed.returncode == 2 and "not a checkpoint of this model" in failed.stderr, failed.stderr
+    assert list(scratch.iterdir()) == []

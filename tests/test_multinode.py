@@ -26,7 +26,6 @@ def two_free_ports() -> int:
             except OSError:
                 continue
     raise RuntimeError("no two consecutive free ports")
-    raise RuntimeError("no two consecutive free ports")
 
 
 def run_nodes(tmp_path, plan, extra=(), env=None) -> list[subprocess.CompletedProcess]:

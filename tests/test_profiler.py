@@ -1,6 +1,7 @@
 from omnitune import profiler
 from omnitune.cluster import local_cluster
-from omnitune.runtime.profile_worker import message_sizes
+from omnitune.runtime.profile_worker import message_sizes, p2p_partner
+from omnitune.runtime.topology import Node
 
 
 def test_message_sizes_span_latency_and_bandwidth():
@@ -23,3 +24,12 @@ def test_calibration_runs_every_variant_the_planner_may_choose():
     assert all(s.target_accuracy is None for s in specs)         # they train for their time
     server_only = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (8,), server_only=True)
     assert server_only and all(s.variant.has_server for s in server_only)
+
+
+def test_round_trips_cross_the_link_between_nodes_when_there_is_one():
+    one = (Node(0, "127.0.0.1", (0, 1, 2)),)
+    assert p2p_partner(one) == 1
+    two = (Node(0, "10.0.0.1", (0, 1)), Node(1, "10.0.0.2", (2, 3)))
+    assert p2p_partner(two) == 2
+    server_second = (Node(0, "10.0.0.1", (1,)), Node(1, "10.0.0.2", (0, 2)))
+    assert p2p_partner(server_second) == 1

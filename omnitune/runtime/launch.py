@@ -13,18 +13,20 @@ read the keys of a dead one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
 import socket
 import sys
+import tempfile
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
 from omnitune import env
-from omnitune.cluster import LOOPBACK, endpoint, is_loopback
+from omnitune.cluster import LOOPBACK, endpoint
 from omnitune.errors import UserError
 from omnitune.runtime.topology import Node
 
@@ -153,9 +155,13 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     log_dir.mkdir(parents=True, exist_ok=True)
     config = LaunchConfig(logs_specs=DefaultLogsSpecs(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.ERR), **kwargs)
     try:
-        return elastic_launch(config, entrypoint)(*args)
+        with _errorfiles_in(log_dir):
+            return elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as e:
-        line = _last_line(next(iter(e.failures.values())))
+        # A process that timed out waiting for a silent peer names the cause; the others' errors
+        # ("connection closed by peer") are its consequences, and may be recorded first.
+        lines = [_last_line(f) for f in e.failures.values()]
+        line = next((ln for ln in lines if "timed out" in ln.lower()), lines[0])
         if "timed out" in line.lower():
             raise UserError(f"a peer was silent for longer than --timeout-s, so the job stopped (logs in "
                             f"{log_dir}): {line}") from None
@@ -167,6 +173,19 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     except (SignalException, KeyboardInterrupt):
         # The elastic agent has already stopped every worker it started.
         raise UserError(f"interrupted; workers stopped (logs in {log_dir})") from None
+
+
+@contextlib.contextmanager
+def _errorfiles_in(log_dir: Path):
+    """torch.multiprocessing names each worker a file for its traceback (pytorch-errorfile-*) in
+    the system's temporary folder, and leaves it there when the worker fails. Those go to a
+    folder in `log_dir` for the launch's length; torchelastic keeps its own copy of each error."""
+    with tempfile.TemporaryDirectory(prefix="errorfiles-", dir=log_dir) as scratch:
+        before, tempfile.tempdir = tempfile.tempdir, scratch
+        try:
+            yield
+        finally:
+            tempfile.tempdir = before
 
 
 def _cheap_event_names() -> None:
@@ -202,8 +221,7 @@ def join(everyone: tuple[Node, ...], node: int, port: int, timeout_s: float, bac
 
     here = next(n for n in everyone if n.index == node)
     rank = here.ranks[env.local_rank()]
-    if is_loopback(here.host):
-        env.keep_gloo_on_loopback()
+    env.bind_gloo_to(here.host)
     store = job_store(coordinator(everyone).host, port, rank == 0, timeout_s)
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), store=store, rank=rank,
                             world_size=sum(len(n.ranks) for n in everyone))

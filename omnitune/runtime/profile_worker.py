@@ -5,7 +5,8 @@ that plays the parameter server; on several nodes each runs where its device is 
 the spec's server node), and rank 0 gathers every rank's results. Phase 1: each device rank times training steps while the others
 do the same (a barrier per batch size keeps them concurrent). Phase 2: gloo all-reduce among
 device ranks for every group size 2..n, point-to-point round trips between the server rank and
-rank 1, and one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
+a device rank (on another node, when there is one: the link a leader's exchange crosses), and
+one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
 each protocol and number of groups, at a few batch sizes.
 """
 
@@ -46,6 +47,7 @@ class ProfileJob:
     node: int = 0                       # the node these processes run on
     store_port: int = 0                 # of the job's store, served by rank 0
     datasets: str | None = None         # the datasets, written by `workload.share` (None: build them)
+    scratch: str = ""                   # a folder of this node's for the calibration jobs' run dirs
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -54,14 +56,34 @@ def message_sizes(model_bytes: int) -> list[int]:
     return sorted(s for s in sizes if s >= 4)
 
 
-def _timed(fn, repeats: int) -> float:
+LINK_BUDGET_S = 1.0     # per message size: fewer repeats (at least 3) when they would take longer
+
+
+def repeats_for(warm_s: float, most: int) -> int:
+    """How many timed calls fit LINK_BUDGET_S after a warm-up call of `warm_s` (3 to `most`):
+    a 5 MB message over a 20 Mbit/s link takes 2 s a call."""
+    return max(3, min(most, int(LINK_BUDGET_S / max(warm_s, 1e-9))))
+
+
+def _timed(fn, repeats: int, agree=lambda warm_s: warm_s) -> float:
+    """Median of the timed calls after one warm-up. `agree` turns this rank's warm-up time into
+    the one every rank taking part uses, so that all make the same number of calls."""
+    t = time.perf_counter()
     fn()
     times = []
-    for _ in range(repeats):
+    for _ in range(repeats_for(agree(time.perf_counter() - t), repeats)):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def _slowest(group):
+    def agree(warm_s: float) -> float:
+        t = torch.tensor([warm_s])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return float(t)
+    return agree
 
 
 def time_allreduce(n: int, sizes: list[int], repeats: int) -> list[AllReduceTiming]:
@@ -75,13 +97,22 @@ def time_allreduce(n: int, sizes: list[int], repeats: int) -> list[AllReduceTimi
             dist.barrier()
             if 1 <= rank <= k:
                 t = torch.zeros(nbytes // 4)
-                sec = _timed(lambda: dist.all_reduce(t, group=group), repeats)
+                sec = _timed(lambda: dist.all_reduce(t, group=group), repeats, _slowest(group))
                 out.append(AllReduceTiming(group_size=k, bytes=nbytes, seconds=sec))
     return out
 
 
-def time_p2p(sizes: list[int], repeats: int) -> list[P2PTiming]:
-    """Round trips between the server rank (0) and a device rank (1), as a leader's exchange."""
+def p2p_partner(nodes) -> int:
+    """The device rank the server rank (0) times its round trips with: one on another node when
+    there is one (a leader's exchange crosses the link between them), else rank 1."""
+    server = next((n for n in nodes if 0 in n.ranks), None)
+    far = [r for n in nodes if n is not server for r in n.ranks]
+    return min(far) if far else 1
+
+
+def time_p2p(sizes: list[int], repeats: int, partner: int = 1) -> list[P2PTiming]:
+    """Round trips between the server rank (0) and device rank `partner`, as a leader's exchange;
+    rank 0 tells the partner how many it will time."""
     out = []
     rank = dist.get_rank()
     for nbytes in sizes:
@@ -89,11 +120,19 @@ def time_p2p(sizes: list[int], repeats: int) -> list[P2PTiming]:
         t = torch.zeros(nbytes // 4)
         if rank == 0:
             def ping():
-                dist.send(t, dst=1)
-                dist.recv(t, src=1)
-            out.append(P2PTiming(bytes=nbytes, round_trip_s=_timed(ping, repeats)))
-        elif rank == 1:
-            for _ in range(repeats + 1):
+                dist.send(t, dst=partner)
+                dist.recv(t, src=partner)
+
+            def tell(warm_s: float) -> float:
+                dist.send(torch.tensor([warm_s]), dst=partner)
+                return warm_s
+            out.append(P2PTiming(bytes=nbytes, round_trip_s=_timed(ping, repeats, tell)))
+        elif rank == partner:
+            dist.recv(t, src=0)
+            dist.send(t, dst=0)
+            warm = torch.zeros(1)
+            dist.recv(warm, src=0)
+            for _ in range(repeats_for(float(warm), repeats)):
                 dist.recv(t, src=0)
                 dist.send(t, dst=0)
     return out
@@ -126,7 +165,7 @@ def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
-    with tempfile.TemporaryDirectory(prefix="omnitune-calibrate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
         for spec in job.calibration_specs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
@@ -158,7 +197,7 @@ def main(job: ProfileJob) -> list[dict] | None:
         sizes = message_sizes(model_bytes)
         reps = job.settings.link_repeats
         allreduce = time_allreduce(len(job.devices), sizes, reps)
-        p2p = time_p2p(sizes, reps)
+        p2p = time_p2p(sizes, reps, p2p_partner(job.nodes))
         if rank == 1:
             result["allreduce"] = allreduce
         if rank == 0:
