@@ -4,6 +4,7 @@ the variant's table gives this process's role."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -43,8 +44,24 @@ def main(job: JobArgs) -> dict | None:
         wl = workload_mod.load(spec.workload)
         train, test = wl.build_datasets(spec.data_dir, spec.seed)
         return run_role(job, wl, train, test, store)
+    except RuntimeError as e:
+        if is_consequence(e):
+            time.sleep(CAUSE_GRACE_S)
+        raise
     finally:
         dist.destroy_process_group()
+
+
+# A peer that fails closes its connections before its process exits. Its neighbours' "connection
+# closed" errors then race its own: the elastic agent records the first process to exit, and stops
+# the rest. The neighbours wait this long so that the cause (a timeout, a crash) is the one recorded.
+CAUSE_GRACE_S = 2.0
+
+
+def is_consequence(e: BaseException) -> bool:
+    """An error that only says a peer went away."""
+    text = str(e).lower()
+    return any(s in text for s in ("closed by peer", "reset by peer", "broken pipe"))
 
 
 def agreed_attempt() -> int:
