@@ -1,6 +1,6 @@
 """Do omnitune's plans win? The plan against an oracle grid and a user's default, in real runs.
 
-    python -m benchmarks.plan_quality [--quick] [--only NAME]
+    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]]
 
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
@@ -112,7 +112,10 @@ def describe(c: Config) -> dict:
             "momentum": c.momentum}
 
 
-def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
+def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None) -> dict:
+    """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
+    again, keep the screening, and measure the plan beside the previous finalists in this session;
+    the default is kept too where it missed its cap in every run (its time is the cap)."""
     start = time.perf_counter()
     prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
     profile_s = time.perf_counter() - start
@@ -130,19 +133,27 @@ def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
           f"{plan.prediction.time_to_target_s}s", flush=True)
 
     screened, best = [], b.cap_s
-    for i, c in enumerate(grid(prof, b, quick)):
+    configs = [] if previous else grid(prof, b, quick)
+    for i, c in enumerate(configs):
         limit = min(b.cap_s, SCREEN_STOP * best)
         r = measure(fixed_spec(prof, name, b.target, c), work, f"{name}-grid{i}", limit)
         best = min(best, r["time_s"]) if r["reached"] else best
         screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
         print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
+    if previous:
+        configs = grid(prof, b, quick)
+        screened = [{**s, "config": config_of(configs, s)} for s in previous["screening"]]
     ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
     seeds = SEEDS[:1] if quick else SEEDS
     finalists = [{**describe(s["config"]), **repeated(fixed_spec(prof, name, b.target, s["config"]), work,
                                                       f"{name}-best{k}", b.cap_s, seeds)}
                  for k, s in enumerate(ranked)]
     planned = repeated(plan.spec, work, f"{name}-plan", b.cap_s, seeds)
-    default = repeated(fixed_spec(prof, name, b.target, default_config(prof)), work, f"{name}-default", b.cap_s, seeds)
+    if previous and not any(r["reached"] for r in previous["default"]["runs"]):
+        default = previous["default"]
+    else:
+        default = repeated(fixed_spec(prof, name, b.target, default_config(prof)), work, f"{name}-default",
+                           b.cap_s, seeds)
     oracle = min(finalists, key=lambda f: f["median_s"])
     # The plan's band on iterations, from a longer probe of its configuration (plan --predict-s),
     # timed apart from planning.
@@ -153,6 +164,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
     band = longer.candidates[0].iters_band
     return {
         "name": name, "target_accuracy": b.target, "cap_s": b.cap_s, "long": b.long,
+        "screening_kept": previous is not None,
         "plan": {**describe_plan(plan),
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
                  "predicted_iters": plan.prediction.iters_to_target,
@@ -170,6 +182,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path) -> dict:
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
     }
+
+
+def config_of(configs: list[Config], row: dict) -> Config:
+    """The grid configuration a screening row describes."""
+    return next(c for c in configs if describe(c).items() <= row.items())
 
 
 def holds_per_run(band, runs: list[dict]) -> list[bool]:
@@ -200,14 +217,22 @@ def main() -> None:
                         "one seed")
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="run only this workload; the others' rows "
                         "stay as the last run of the same kind (full or quick) left them")
+    parser.add_argument("--replan", action="store_true", help="with --only, after a change to the planner: "
+                        "profile and plan again and measure the plan beside the last run's finalists, keeping "
+                        "its screening (and its default where that missed the cap in every run)")
     args = parser.parse_args()
+    if args.replan and not args.only:
+        parser.error("--replan needs --only NAME")
     chosen = QUICK if args.quick else WORKLOADS
     if args.only:
         chosen = {args.only: WORKLOADS[args.only]}
     rows = kept_rows(args.quick) if args.only else []
     with tempfile.TemporaryDirectory() as tmp:
         for name, b in chosen.items():
-            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp))]
+            previous = next((r for r in rows if r["name"] == name), None) if args.replan else None
+            if args.replan and previous is None:
+                parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
+            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous)]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results("plan_quality", {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target_accuracy", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",

@@ -30,6 +30,7 @@ Probing is injected (`Prober`), so this module starts no process and imports no 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -55,6 +56,11 @@ MU_STAR = 0.9    # the synchronous optimum Omnivore starts from
 OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
 STOP_GAIN = 0.10  # climb a ladder only while samples per second improve by at least this much
 RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
+# Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often
+# leads on loss, and falls behind over the long run. A loss above the best by less than this
+# fraction of both the best loss and the best's progress from the untrained loss is a tie, which
+# goes to the larger effective learning rate.
+LOSS_TIE = 0.10
 
 
 @dataclass(frozen=True)
@@ -342,7 +348,11 @@ class OmnivoreLoop:
 
     def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
         done = [(k, lr) for lr in effective if (k := self.rank(s, self.rates(s, [lr])[0], mu)) is not None]
-        return min(done)[1] if done else None
+        if not done:
+            return None
+        keys = long_horizon_keys([(k, lr, self.results[s.probe(self.rates(s, [lr])[0], mu)].start_loss)
+                                  for k, lr in done])
+        return done[keys.index(min(keys))][1]
 
     def climb(self, setups: list[Setup], prev: Scored) -> Scored | None:
         """One rung: the previous optimum's per-device batch and the next smaller (Rudra), momenta
@@ -384,7 +394,9 @@ class OmnivoreLoop:
                 if s in setups and not note and (k := self.rank(s, lr, mu)) is not None]
         if not done:
             return None
-        _, s, lr, mu = min(done, key=lambda d: d[0])
+        keys = long_horizon_keys([(k, lr / s.variant.lr_gain, self.results[s.probe(lr, mu)].start_loss)
+                                  for k, s, lr, mu in done])
+        _, s, lr, mu = done[keys.index(min(keys))]
         return Scored(s.config(lr, mu), s.sec_per_iter, self.results[s.probe(lr, mu)])
 
     def skip(self, setups: list[Setup], prev: Scored, note: str) -> None:
@@ -490,7 +502,10 @@ class OmnivoreLoop:
         """Every configuration considered, probed or not, and every setup never reached."""
         out = [Scored(s.config(lr, mu), s.sec_per_iter, self.results.get(s.probe(lr, mu)) if not note else None,
                       note) for (s, lr, mu), note in self.tried.items()]
-        out.sort(key=lambda x: (rank_key(x.probe, x.sec_per_iter, self.ranking) or (2, 0.0), x.sec_per_iter))
+        keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, self.ranking),
+                                   x.config.lr / x.config.variant.lr_gain, x.probe and x.probe.start_loss) for x in out])
+        order = sorted(range(len(out)), key=lambda i: (keys[i] or (4, 0.0, 0.0), out[i].sec_per_iter))
+        out = [out[i] for i in order]
         reached = {s for s, _, _ in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
         out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
@@ -508,6 +523,33 @@ def rank_key(r: ProbeResult | None, sec_per_iter: float, ranking: bool) -> tuple
     if ranking and r.train_loss is not None and math.isfinite(r.train_loss):
         return (1, r.train_loss)
     return None
+
+
+def long_horizon_keys(ranked: list[tuple[tuple[int, float] | None, float, float | None]]) \
+        -> list[tuple[int, float, float] | None]:
+    """Sort keys (lower is better) for (rank_key, effective learning rate, start loss) triples
+    compared together: a reached or predicted time first; then the training losses that tie with
+    the best (LOSS_TIE), the largest learning rate first; then the other losses.
+
+    The tie is measured against both the best loss and the progress it made from the untrained
+    loss (the median start loss): near chance, where the best has barely moved, a loss 10% above
+    it is no tie but a probe that learned nothing."""
+    losses = [k[1] for k, _, _ in ranked if k is not None and k[0] == 1]
+    starts = [s for k, _, s in ranked if k is not None and k[0] == 1 and s is not None]
+    tie = -math.inf
+    if losses:
+        best = min(losses)
+        progress = statistics.median(starts) - best if starts else best
+        tie = best + LOSS_TIE * max(0.0, min(best, progress))
+    out = []
+    for key, lr, _ in ranked:
+        if key is None:
+            out.append(None)
+        elif key[0] == 1 and key[1] <= tie:
+            out.append((1, -lr, key[1]))
+        else:
+            out.append((0 if key[0] == 0 else 2, key[1], 0.0))
+    return out
 
 
 def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:

@@ -59,7 +59,8 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
                 note = "pruned"
                 break
     r = summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start, len(test))
-    return replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it)
+    return replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it,
+                   start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
 
 
 def tail_loss(losses: list[float]) -> float | None:

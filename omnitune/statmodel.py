@@ -160,6 +160,7 @@ class ProbeResult:
     interval: tuple[float, float] | None = None    # ±1σ band of iters_to_target from the fitted curve
     train_loss: float | None = None  # mean training loss over the probe's last quarter (None: diverged)
     iters: int = 0                   # iterations the probe trained
+    start_loss: float | None = None  # training loss at the first iteration: the untrained model's
 
 
 @dataclass(frozen=True)

@@ -254,3 +254,29 @@ def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
     assert plan.prediction.time_to_target_s == pytest.approx(30_000 * best.sec_per_iter)
     assert plan.candidates[0].iters_band == (25_000.0, 40_000.0)
     assert optimizer.predict(found, needs_long_curves, seconds=0.0) is found
+
+
+def test_losses_that_tie_go_to_the_larger_learning_rate():
+    """Short-horizon bias: a loss within LOSS_TIE of the best (of the loss, and of the progress
+    from the untrained loss) ties with it, and the larger effective learning rate wins the tie."""
+    keys = optimizer.long_horizon_keys([((1, 0.272), 0.01, 2.3), ((1, 0.297), 0.12, 2.3), ((1, 0.409), 0.1, 2.3)])
+    assert keys.index(min(keys)) == 1                              # 0.297 is within 10% of 0.272
+    assert keys[2] > keys[0] > keys[1]                             # 0.409 is not a tie: it ranks by loss
+    # Near chance (untrained 2.30): 2.33 did not learn at all; a tie on the loss alone would pick it.
+    keys = optimizer.long_horizon_keys([((1, 2.188), 0.1, 2.30), ((1, 2.33), 1.0, 2.30), ((1, 2.19), 0.3, 2.31)])
+    assert keys.index(min(keys)) == 2 and keys[1] > keys[0]
+    # A reached time ranks before any loss; a probe that cannot rank stays None.
+    keys = optimizer.long_horizon_keys([((1, 0.1), 1.0, 2.3), ((0, 5.0), 0.01, None), (None, 0.5, None)])
+    assert keys[1] < keys[0] and keys[2] is None
+
+
+def test_ranked_search_prefers_the_larger_of_tied_learning_rates(sample_profile):
+    """Ranking by loss, the plan takes the largest learning rate whose loss ties with the best."""
+    def loss_only(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        loss = 0.30 + 0.05 * abs(math.log10(cfg.lr / 0.01))          # best at 0.01; 0.03 within 10%
+        r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+        return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=2.3)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), loss_only)
+    assert found.ranked
+    best = min(s.probe.train_loss for s in found.scored if s.probe)
+    assert found.scored[0].config.lr > 0.01 and found.scored[0].probe.train_loss <= 1.1 * best
