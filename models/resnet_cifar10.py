@@ -5,7 +5,6 @@ cifar-10-python.tar.gz from the dataset's home page), unpack it so that
 DATA_DIR/cifar-10-batches-py/ exists, then pass --data-dir DATA_DIR.
 """
 
-import torch
 import torchvision
 from torch import nn
 

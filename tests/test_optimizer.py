@@ -6,7 +6,7 @@ import pytest
 from omnitune import budget, optimizer
 from omnitune.errors import UserError
 from omnitune.profile import Calibration
-from omnitune.protocols import Groups, SoftSync, Sync
+from omnitune.protocols import Gossip, Groups, SoftSync, Sync
 from omnitune.statmodel import ProbeConfig, ProbeResult
 from omnitune.study import new_study
 
@@ -280,3 +280,41 @@ def test_ranked_search_prefers_the_larger_of_tied_learning_rates(sample_profile)
     assert found.ranked
     best = min(s.probe.train_loss for s in found.scored if s.probe)
     assert found.scored[0].config.lr > 0.01 and found.scored[0].probe.train_loss <= 1.1 * best
+
+
+def linked_at(profile, mbit: float, model_bytes: int = 1_326_120):
+    """The sample profile for a model of `model_bytes`, its devices joined by a link of `mbit`
+    Mbit/s: an all-reduce of two sends a message each way at once, a round trip there and back.
+    No calibration, so the hardware model rests on the link alone."""
+    from omnitune.profile import AllReduceTiming, Network, P2PTiming
+    rate = mbit * 1e6 / 8                                      # bytes per second
+    sizes = (4096, model_bytes // 4, model_bytes, 4 * model_bytes)
+    net = Network("shaped", tuple(AllReduceTiming(2, b, 1e-4 + b / rate) for b in sizes),
+                  tuple(P2PTiming(b, 2e-4 + 2 * b / rate) for b in sizes), profile.network.server_update_s)
+    return dataclasses.replace(profile, model_bytes=model_bytes, network=net, calibration=())
+
+
+def bytes_per_sample(c: optimizer.Config, model_bytes: int) -> float:
+    """Bytes across the link per training sample: a model each way per exchange (an all-reduce
+    of every device's batch, a group's push and pull, a gossip swap every `every` steps)."""
+    devices = sum(len(g) for g in c.groups)
+    if isinstance(c.variant, Gossip):
+        return 2 * model_bytes / (devices * c.batch * c.variant.every)
+    if c.variant.has_server:
+        return 2 * model_bytes / (devices // c.g * c.batch)
+    return 2 * model_bytes / (devices * c.batch)
+
+
+def test_the_plan_moves_fewer_bytes_per_sample_on_a_slow_link(sample_profile):
+    """A 1.3 MB model: at 20 Mbit/s the plan sends fewer bytes across the link per sample than on
+    a link as fast as memory (larger batches, groups or fewer exchanges), as the hardware model
+    predicts. (The sample profile's devices compute a step in about a millisecond, so even
+    1 Gbit/s is slow for them; benchmarks/network.py compares 1 Gbit/s with 20 Mbit/s on real
+    shaped links, with real probes.)"""
+    chosen = {}
+    for mbit in (100_000.0, 20.0):
+        prof = linked_at(sample_profile, mbit)
+        found = optimizer.search(prof, optimizer.Space(layouts=("one-per-core",)), FakeProber(), budget_s=60.0)
+        chosen[mbit] = found.scored[0].config
+    fast, slow = (bytes_per_sample(chosen[m], 1_326_120) for m in (100_000.0, 20.0))
+    assert chosen[20.0] != chosen[100_000.0] and slow < fast, chosen

@@ -120,7 +120,7 @@ def run_job(job: JobArgs) -> RunSummary | None:
     coordinator = here == launch_mod.coordinator(everyone)
     try:
         launch_mod.launch_node(process_main, (job,), here, everyone, job.spec.rendezvous, Path(job.run_dir) / "logs",
-                               run_id(job.spec), job.max_restarts)
+                               run_id(job.spec), job.max_restarts, job.timeout_s)
     except UserError as e:
         saved = Path(job.run_dir) / checkpoint.FILE
         if coordinator and saved.is_file():

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import math
 import os
 import random
 import socket
@@ -84,18 +86,20 @@ def coordinator(everyone: tuple[Node, ...]) -> Node:
 
 
 def launch_node(entrypoint: Callable, args: tuple, here: Node, everyone: tuple[Node, ...], rendezvous: str,
-                log_dir: Path, run_id: str, max_restarts: int = 0) -> dict[int, Any]:
+                log_dir: Path, run_id: str, max_restarts: int = 0, timeout_s: float = 60) -> dict[int, Any]:
     """Run this node's processes; with several nodes, the first node on the rendezvous host
-    serves the rendezvous, and every node must pass the same `run_id`."""
+    serves the rendezvous, and every node must pass the same `run_id`. The agents' store
+    operations wait at most `timeout_s` (a silent peer's limit) once the node has joined."""
     rdzv_host, _ = endpoint(rendezvous)
     is_host = None if len(everyone) == 1 else here == next(n for n in everyone if n.host == rdzv_host)
     return launch(entrypoint, args, len(here.ranks), log_dir, rendezvous=rendezvous, max_restarts=max_restarts,
-                  run_id=run_id, nodes=len(everyone), local_addr=here.host, is_host=is_host)
+                  run_id=run_id, nodes=len(everyone), local_addr=here.host, is_host=is_host, read_timeout_s=timeout_s)
 
 
 def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBACK}:0",
                          max_restarts: int = 0, run_id: str | None = None, nodes: int = 1,
-                         local_addr: str = LOOPBACK, is_host: bool | None = None) -> dict[str, Any]:
+                         local_addr: str = LOOPBACK, is_host: bool | None = None,
+                         read_timeout_s: float = 60) -> dict[str, Any]:
     """Keyword arguments for torch's LaunchConfig: this node's part of a c10d rendezvous of `nodes`.
 
     With several nodes every node must pass the same `run_id` and a fixed port, and exactly one
@@ -104,7 +108,8 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
     host, port = endpoint(rendezvous)
     if not port:
         port = free_port(host)
-    configs: dict[str, Any] = {"join_timeout": 120 if nodes == 1 else 600}
+    wait = max(1, math.ceil(read_timeout_s))
+    configs: dict[str, Any] = {"join_timeout": 120 if nodes == 1 else 600, "read_timeout": wait, "close_timeout": wait}
     if is_host is not None:
         configs["is_host"] = is_host
     return dict(
@@ -133,8 +138,56 @@ def c10d_handler(params):
         name = RDZV_BACKEND                       # the registry checks the handler's backend name
 
     host, port = endpoint(params.endpoint)
-    store = job_store(host, port, params.get_as_bool("is_host", True), params.get_as_int("read_timeout", 60))
-    return create_handler(store, Backend(store, params.run_id), params)
+    # Connecting waits as long as a node may take to join; after that each store operation waits
+    # at most read_timeout, so that an agent whose link is cut gives up instead of hanging.
+    store = job_store(host, port, params.get_as_bool("is_host", True), params.get_as_int("join_timeout", 600))
+    store.set_timeout(timedelta(seconds=params.get_as_int("read_timeout", 60)))
+    handler = create_handler(store, Backend(store, params.run_id), params)
+    return _unblocked(handler, params.get_as_int("close_timeout", 30)) if not params.get_as_bool("is_host", True) \
+        else handler
+
+
+def _unblocked(handler, close_s: float):
+    """The agent's calls into the rendezvous that must not hang when the link to its store is cut.
+
+    While its workers run, the agent asks the store every monitor interval whether nodes wait to
+    join (a node restarting after a failure), and at the end it closes the rendezvous there.
+    Across a dead link torch's store client reconnects without end, and the agent would never
+    see its workers fail. So a thread of its own asks instead (the agent reads its latest answer,
+    or its error), and closing waits at most `close_s`.
+    """
+    import threading
+
+    latest: dict[str, Any] = {"waiting": 0, "error": None}
+    stop = threading.Event()
+    ask, close = handler.num_nodes_waiting, handler.shutdown
+
+    def poll() -> None:
+        while not stop.wait(0.1):
+            try:
+                latest["waiting"] = ask()
+            except Exception as e:              # the agent raises it on its next question
+                latest["error"] = e
+                return
+
+    def num_nodes_waiting() -> int:
+        if not poller.is_alive() and latest["error"] is None and not stop.is_set():
+            poller.start()
+        if latest["error"] is not None:
+            raise latest["error"]
+        return latest["waiting"]
+
+    def shutdown() -> bool:
+        stop.set()
+        done: dict[str, bool] = {"ok": False}
+        closer = threading.Thread(target=lambda: done.update(ok=close()), daemon=True)
+        closer.start()
+        closer.join(close_s)
+        return done["ok"]
+
+    poller = threading.Thread(target=poll, name="omnitune-rendezvous-poll", daemon=True)
+    handler.num_nodes_waiting, handler.shutdown = num_nodes_waiting, shutdown
+    return handler
 
 
 def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) -> dict[int, Any]:
@@ -154,6 +207,9 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     log_dir = Path(kwargs.pop("log_dir"))
     log_dir.mkdir(parents=True, exist_ok=True)
     config = LaunchConfig(logs_specs=DefaultLogsSpecs(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.ERR), **kwargs)
+    # The agent logs a failed worker's traceback to the console; it is in the log folder, and the
+    # command's error names the cause in one line.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
         with _errorfiles_in(log_dir):
             return elastic_launch(config, entrypoint)(*args)
