@@ -132,17 +132,17 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
           f"{plan.spec.variant.label} lr {plan.spec.lr} mu {plan.spec.momentum}, predicted "
           f"{plan.prediction.time_to_target_s}s", flush=True)
 
-    screened, best = [], b.cap_s
-    configs = [] if previous else grid(prof, b, quick)
-    for i, c in enumerate(configs):
-        limit = min(b.cap_s, SCREEN_STOP * best)
-        r = measure(fixed_spec(prof, name, b.target, c), work, f"{name}-grid{i}", limit)
-        best = min(best, r["time_s"]) if r["reached"] else best
-        screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
-        print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
+    configs = grid(prof, b, quick)
     if previous:
-        configs = grid(prof, b, quick)
         screened = [{**s, "config": config_of(configs, s)} for s in previous["screening"]]
+    else:
+        screened, best = [], b.cap_s
+        for i, c in enumerate(configs):
+            limit = min(b.cap_s, SCREEN_STOP * best)
+            r = measure(fixed_spec(prof, name, b.target, c), work, f"{name}-grid{i}", limit)
+            best = min(best, r["time_s"]) if r["reached"] else best
+            screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
+            print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
     ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
     seeds = SEEDS[:1] if quick else SEEDS
     finalists = [{**describe(s["config"]), **repeated(fixed_spec(prof, name, b.target, s["config"]), work,

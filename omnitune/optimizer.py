@@ -347,12 +347,11 @@ class OmnivoreLoop:
         return self.best_rate(ref, mu, tried)
 
     def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
-        done = [(k, lr) for lr in effective if (k := self.rank(s, self.rates(s, [lr])[0], mu)) is not None]
+        done = [lr for lr in effective if self.rank(s, self.rates(s, [lr])[0], mu) is not None]
         if not done:
             return None
-        keys = long_horizon_keys([(k, lr, self.results[s.probe(self.rates(s, [lr])[0], mu)].start_loss)
-                                  for k, lr in done])
-        return done[keys.index(min(keys))][1]
+        keys = self.horizon_keys([(s, self.rates(s, [lr])[0], mu) for lr in done])
+        return done[keys.index(min(keys))]
 
     def climb(self, setups: list[Setup], prev: Scored) -> Scored | None:
         """One rung: the previous optimum's per-device batch and the next smaller (Rudra), momenta
@@ -389,14 +388,19 @@ class OmnivoreLoop:
     def rank(self, s: Setup, lr: float, mu: float) -> tuple[int, float] | None:
         return rank_key(self.results.get(s.probe(lr, mu)), s.sec_per_iter, self.ranking)
 
+    def horizon_keys(self, tried: list[tuple[Setup, float, float]]) -> list[tuple[int, float, float] | None]:
+        """long_horizon_keys of probed (setup, lr, momentum) triples compared together."""
+        results = [self.results.get(s.probe(lr, mu)) for s, lr, mu in tried]
+        return long_horizon_keys([(rank_key(r, s.sec_per_iter, self.ranking), lr / s.variant.lr_gain,
+                                   r.start_loss if r else None) for (s, lr, _), r in zip(tried, results)])
+
     def best_of(self, setups: list[Setup]) -> Scored | None:
-        done = [(k, s, lr, mu) for (s, lr, mu), note in self.tried.items()
-                if s in setups and not note and (k := self.rank(s, lr, mu)) is not None]
+        done = [(s, lr, mu) for (s, lr, mu), note in self.tried.items()
+                if s in setups and not note and self.rank(s, lr, mu) is not None]
         if not done:
             return None
-        keys = long_horizon_keys([(k, lr / s.variant.lr_gain, self.results[s.probe(lr, mu)].start_loss)
-                                  for k, s, lr, mu in done])
-        _, s, lr, mu = done[keys.index(min(keys))]
+        keys = self.horizon_keys(done)
+        s, lr, mu = done[keys.index(min(keys))]
         return Scored(s.config(lr, mu), s.sec_per_iter, self.results[s.probe(lr, mu)])
 
     def skip(self, setups: list[Setup], prev: Scored, note: str) -> None:

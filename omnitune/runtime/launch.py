@@ -140,11 +140,11 @@ def c10d_handler(params):
     host, port = endpoint(params.endpoint)
     # Connecting waits as long as a node may take to join; after that each store operation waits
     # at most read_timeout, so that an agent whose link is cut gives up instead of hanging.
-    store = job_store(host, port, params.get_as_bool("is_host", True), params.get_as_int("join_timeout", 600))
+    serves = params.get_as_bool("is_host", True)
+    store = job_store(host, port, serves, params.get_as_int("join_timeout", 600))
     store.set_timeout(timedelta(seconds=params.get_as_int("read_timeout", 60)))
     handler = create_handler(store, Backend(store, params.run_id), params)
-    return _unblocked(handler, params.get_as_int("close_timeout", 30)) if not params.get_as_bool("is_host", True) \
-        else handler
+    return handler if serves else _unblocked(handler, params.get_as_int("close_timeout", 30))
 
 
 def _unblocked(handler, close_s: float):
