@@ -91,7 +91,9 @@ def profile(
 
 @app.command()
 def plan(
-    profile_path: Path = typer.Option(..., "--profile", help="a profile written by `omnitune profile`"),
+    profile_path: Optional[Path] = typer.Option(None, "--profile", help="a profile written by `omnitune profile`"),
+    cluster: Optional[Path] = typer.Option(None, help="instead of --profile: a cluster of node types and counts "
+                                           "(node_types), each with a profile of one node; planned by simulation"),
     workload: str = typer.Option(..., help="the workload to plan for (the profile's, normally)"),
     target_accuracy: float = typer.Option(..., help="test accuracy to reach, in (0, 1]"),
     out_path: Path = typer.Option(..., "--out", help="where to write the plan JSON"),
@@ -109,14 +111,19 @@ def plan(
                                     "predict its time to target where the search could not (long jobs)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
-    from omnitune import optimizer, plan as plan_mod, probe, profile as profile_mod, study as study_mod, workload as wl_mod
+    from omnitune import fleet as fleet_mod, optimizer, plan as plan_mod, probe, profile as profile_mod, \
+        study as study_mod, workload as wl_mod
     try:
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
         if budget_s is not None and budget_s < 0:
             raise UserError(f"--budget-s must not be negative, got {budget_s}")
         if predict_s < 0:
             raise UserError(f"--predict-s must not be negative, got {predict_s}")
-        prof = profile_mod.load(profile_path)
+        if (profile_path is None) == (cluster is None):
+            raise UserError("give one of --profile (a measured cluster) or --cluster (node types to simulate)")
+        fleet = fleet_mod.load(cluster) if cluster is not None else None
+        prof = fleet.profile if fleet else profile_mod.load(profile_path)
+        profile_path = cluster if fleet else profile_path
         largest = max(len(devices) for devices in prof.cluster.layouts.values())
         if groups is not None and groups > largest:
             raise UserError(f"--groups {groups}: more groups than devices ({profile_path} has at most "
@@ -130,13 +137,17 @@ def plan(
         study = study_mod.new_study(_study_storage(out_path),
                                     _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s))
         with console.status("planning…") as status:
+            if fleet:
+                status.update(f"planning: simulating every configuration on {fleet.nodes} nodes")
             found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
-                                     study=study, log=lambda m: status.update(f"planning: {m}"))
+                                     study=study, log=lambda m: status.update(f"planning: {m}"),
+                                     hardware=fleet.hardware if fleet else None)
             if predict_s > 0:
                 status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
                 found = optimizer.predict(found, prober, predict_s)
         result = optimizer.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
-                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                      simulated_cluster=fleet.description if fleet else "")
         plan_mod.save(result, out_path)
     except ValueError as e:
         _fail(UserError(str(e)))
@@ -162,6 +173,9 @@ def plan(
     else:
         out.print(f"{chose}: predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                   f"{p.sec_per_iter * 1e3:.2f} ms")
+    if result.simulated_cluster:
+        out.print(f"simulated plan for {result.simulated_cluster} ({fleet.nodes} nodes): seconds per iteration and "
+                  "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
     spent = result.planning
     scope = "full search" if spent.full else "quick search: the job is too small for a full one"
     out.print(f"planning took {spent.seconds:.1f}s for {spent.probes} probes ({scope}; budget {spent.budget_s:.1f}s: "
@@ -185,7 +199,8 @@ def _study_storage(plan_path: Path) -> str:
 def _study_name(prof, workload, target, seed, probe_iters, budget_s) -> str:
     """Everything a stored probe's outcome depends on (its length follows the budget); anything
     else starts a new study."""
-    return f"{workload}|{prof.measured_at}|target={target}|seed={seed}|iters={probe_iters}|budget={budget_s}|probes=3"
+    return (f"{workload}|{prof.measured_at}|devices={len(prof.devices)}|target={target}|seed={seed}|iters={probe_iters}"
+            f"|budget={budget_s}|probes=3")
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):

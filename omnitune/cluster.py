@@ -123,8 +123,8 @@ class ClusterSpec:
     notes: str = field(default="")
 
 
-def load_cluster(path: str | os.PathLike) -> Cluster:
-    """Read a cluster spec (YAML or JSON) into a Cluster with a single layout of all its devices."""
+def read_spec(path: str | os.PathLike) -> dict:
+    """A spec file (YAML or JSON) as a mapping; one-line errors naming the file."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         import yaml
@@ -144,10 +144,27 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
         data = read_json(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def read_spec_as(path: Path, cls: type, data: dict | None = None):
+    """A spec file (version 1, the default) as the frozen dataclass `cls`."""
+    data = dict(read_spec(path) if data is None else data)
     data.setdefault("schema_version", 1)
-    spec = from_dict(ClusterSpec, data, str(path))
+    spec = from_dict(cls, data, str(path))
     if spec.schema_version != 1:
         raise UserError(f"{path}: schema_version {spec.schema_version} is not one of [1]")
+    return spec
+
+
+def load_cluster(path: str | os.PathLike) -> Cluster:
+    """Read a cluster spec (YAML or JSON) into a Cluster with a single layout of all its devices."""
+    path = Path(path)
+    data = read_spec(path)
+    if "node_types" in data:
+        raise UserError(f"{path}: node_types describes a cluster to plan for by simulation: give it to "
+                        "`omnitune plan --cluster`, not here")
+    spec = read_spec_as(path, ClusterSpec, data)
     if not spec.nodes:
         raise UserError(f"{path}: nodes: at least one node is needed")
     devices = []

@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from omnitune import protocols
+from omnitune.protocols import matching
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.flat import get_buffers, get_grads, get_state, num_buffers, num_params, set_state
-from omnitune.runtime.peer import matching
 from omnitune.runtime.server import ParameterServer
 from omnitune.statmodel import ProbeConfig
 from omnitune.workload import Workload, batches

@@ -39,7 +39,7 @@ from omnitune import budget as budget_mod, protocols, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
 from omnitune.perfmodel import PerfModel, Shape
-from omnitune.plan import SCHEMA_VERSION, Candidate, Plan, Planning, Prediction
+from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
 from omnitune.profile import Profile
 from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
@@ -128,9 +128,22 @@ class Scored:
         return None if self.iters is None else self.iters * self.sec_per_iter
 
 
-def enumerate_setups(profile: Profile, space: Space) -> list[Setup]:
-    """Every layout × admitted variant × batch, scored for hardware efficiency."""
+# (configuration, nominal per-device batch) -> (seconds per iteration, the staleness histogram
+# its probes replay; () for the emulator's own schedule)
+Hardware = Callable[[Shape, int], tuple[float, tuple[int, ...]]]
+
+
+def profiled(profile: Profile) -> Hardware:
+    """The calibrated analytic model (perfmodel) and the calibration jobs' measured staleness."""
     perf = PerfModel.from_profile(profile)
+    return lambda shape, b: (perf.sec_per_iter(shape), measured_staleness(profile, shape.layout, shape.variant, b))
+
+
+def enumerate_setups(profile: Profile, space: Space, hardware: Hardware | None = None) -> list[Setup]:
+    """Every layout × admitted variant × batch, scored for hardware efficiency (by default the
+    profile's calibrated model; a fleet's simulator for clusters that cannot run here)."""
+    perf = PerfModel.from_profile(profile)
+    hardware = hardware or profiled(profile)
     out = []
     for layout, devices in profile.cluster.layouts.items():
         if space.layouts is not None and layout not in space.layouts:
@@ -141,10 +154,9 @@ def enumerate_setups(profile: Profile, space: Space) -> list[Setup]:
             groups = v.group(devices)
             for b in _batch_sizes(profile, devices, space):
                 batch = device_batches(perf, v, groups, b)
-                sec = perf.sec_per_iter(Shape(groups, batch, v, layout))
+                sec, staleness = hardware(Shape(groups, batch, v, layout), b)
                 batches = tuple(tuple(batch[d] for d in g) for g in groups)
-                out.append(Setup(layout, v, groups, b, batches, sec, measured_staleness(profile, layout, v, b),
-                                 probe_cost(perf, v, groups, batches)))
+                out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, v, groups, batches)))
     return out
 
 
@@ -213,7 +225,8 @@ class Search:
 
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 100_000,
-           budget_s: float | None = None, study=None, log: Callable[[str], None] = lambda m: None) -> Search:
+           budget_s: float | None = None, study=None, log: Callable[[str], None] = lambda m: None,
+           hardware: Hardware | None = None) -> Search:
     """Score every setup; probe statistical efficiency where it could still win.
 
     `budget_s` fixes the probing budget; None sizes it to the job (budget.py). `study` is an
@@ -221,7 +234,7 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     search resumes. Returns every configuration considered, best predicted time to target first
     (unprobed ones last), and what planning spent.
     """
-    setups = enumerate_setups(profile, space)
+    setups = enumerate_setups(profile, space, hardware)
     if not setups:
         raise ValueError(f"no configuration fits the pinned options (protocols {space.protocols}, groups "
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
@@ -602,7 +615,7 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
 
 
 def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
-               data_dir: str | None, target: float, seed: int, created_at: str) -> Plan:
+               data_dir: str | None, target: float, seed: int, created_at: str, simulated_cluster: str = "") -> Plan:
     """The winning configuration as a Plan: the first of the search's ranking. When no probe could
     be ranked, the configuration whose probe reached the highest accuracy, with no prediction; a
     clear error when no probe learned at all."""
@@ -631,4 +644,5 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
         implicit_momentum=c.variant.implicit_momentum(),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
-        candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning)
+        candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning,
+        hardware_model=SIMULATED if simulated_cluster else ANALYTIC, simulated_cluster=simulated_cluster)

@@ -17,6 +17,8 @@ from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
 
 SCHEMA_VERSION = 2
+ANALYTIC = "analytic"      # perfmodel, calibrated on the profile's jobs: clusters that ran their profile
+SIMULATED = "simulated"    # simulator.py: a fleet of node types and counts that cannot run here
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,14 @@ class Plan:
     profile: str                               # the profile it was planned from
     created_at: str
     planning: Planning | None = None           # None in plans written before planning was recorded
+    hardware_model: str = ANALYTIC             # which model predicted seconds per iteration
+    simulated_cluster: str = ""                # a fleet's node types and counts; "" for real nodes
 
     def __post_init__(self):
         if self.spec.target_accuracy is None:
             raise ValueError("spec.target_accuracy: a plan needs a target")
+        if self.hardware_model not in (ANALYTIC, SIMULATED):
+            raise ValueError(f"hardware_model must be {ANALYTIC!r} or {SIMULATED!r}, got {self.hardware_model!r}")
 
 
 def save(plan: Plan, path: str | os.PathLike) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from omnitune.cluster import Cluster
 from omnitune.files import atomic_write_json, load_versioned, to_dict
 
-SCHEMA_VERSION = 2          # 2 added calibration staleness; version-1 files load as they are
+SCHEMA_VERSION = 3          # 2 added calibration staleness, 3 step spread; older files load as they are
 
 
 def _positive(x: float) -> bool:
@@ -22,12 +22,15 @@ class StepTiming:
     batch_size: int
     sec_per_step: float       # median over repeats, after warm-up
     samples_per_s: float
+    spread: float = 0.0       # standard deviation of log(seconds) over the repeats (0: not measured)
 
     def __post_init__(self):
         if self.batch_size < 1 or not (self.sec_per_step > 0 and math.isfinite(self.sec_per_step)):
             raise ValueError(f"batch {self.batch_size}: needs batch_size >= 1 and sec_per_step > 0")
         if not (self.samples_per_s > 0 and math.isfinite(self.samples_per_s)):
             raise ValueError(f"batch {self.batch_size}: samples_per_s must be positive, got {self.samples_per_s}")
+        if not (self.spread >= 0 and math.isfinite(self.spread)):
+            raise ValueError(f"batch {self.batch_size}: spread must be a finite number >= 0, got {self.spread}")
 
 
 @dataclass(frozen=True)
@@ -147,4 +150,4 @@ def save(profile: Profile, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    return load_versioned(path, Profile, supported=(1, SCHEMA_VERSION))
+    return load_versioned(path, Profile, supported=(1, 2, SCHEMA_VERSION))

@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+import numpy as np
+
 GOSSIP_PERIODS = (1, 4)        # the periods the planner tries
 
 
@@ -316,6 +318,16 @@ class Gossip(Variant):
     @classmethod
     def admitted(cls, n_devices: int) -> list[Variant]:
         return [cls(every=e) for e in GOSSIP_PERIODS] if n_devices >= 2 else []
+
+
+def matching(round_: int, n: int, seed: int) -> list[int]:
+    """Gossip's random perfect matching of n workers for one round, the same on every worker:
+    partner[i], or -1 for the one left out when n is odd."""
+    order = np.random.default_rng([seed, round_]).permutation(n)
+    partner = [-1] * n
+    for a, b in zip(order[0::2], order[1::2]):
+        partner[a], partner[b] = int(b), int(a)
+    return partner
 
 
 NAMES = tuple(Variant.kinds())

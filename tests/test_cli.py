@@ -181,3 +181,24 @@ def test_whole_path_profile_plan_run(tmp_path):
         assert r.exit_code == 0, r.output
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plan.with_suffix(".study.db").is_file()       # the probes, kept for a resumed `plan`
+
+
+def test_plan_for_node_types_bad_input(tmp_path):
+    (tmp_path / "fleet.yaml").write_text("node_types:\n  - {name: box, count: 0, profile: p.json}\n")
+    target = ["--target-accuracy", "0.9"]
+    fails_cleanly(PLAN + target, "give one of --profile")
+    fails_cleanly(PLAN + target + ["--profile", str(DATA / "profile-v1.json"), "--cluster", str(tmp_path / "fleet.yaml")],
+                  "give one of --profile")
+    fails_cleanly(PLAN + target + ["--cluster", str(tmp_path / "fleet.yaml")], "node_types[0].count: must be at least 1")
+    fails_cleanly(["profile", "--cluster", str(tmp_path / "fleet.yaml"), "--workload", "lenet-digits", "--out",
+                   str(tmp_path / "x.json")], "node_types describes a cluster to plan for by simulation")
+
+
+def test_run_refuses_a_simulated_plan(tmp_path):
+    from dataclasses import replace
+
+    from omnitune import plan as plan_mod
+    p = replace(plan_mod.load(DATA / "plan-v2.json"), hardware_model=plan_mod.SIMULATED, simulated_cluster="64 × box")
+    plan_mod.save(p, tmp_path / "plan.json")
+    fails_cleanly(["run", str(tmp_path / "plan.json"), "--out-dir", str(tmp_path / "r")],
+                  "planned by simulation for a cluster of 64 × box")

@@ -20,8 +20,8 @@ PACKAGE = Path(__file__).parent.parent / "omnitune"
 
 CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel", "budget",
         "balance"}
-PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report"}
-PURE_PLANNING = {"optimizer", "study", "replan"}     # planning that imports only the core: no torch
+PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report", "simulator", "fleet"}
+PURE_PLANNING = {"optimizer", "study", "replan", "simulator", "fleet"}     # planning that imports only the core: no torch
 
 
 def layer(module: str) -> str:

@@ -11,8 +11,7 @@ import torch
 
 from omnitune import workload
 from omnitune.emulator import emulator, equal_speed_schedule
-from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
-from omnitune.runtime.peer import matching
+from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync, matching
 from omnitune.statmodel import ProbeConfig
 
 WL = workload.load(str(Path(__file__).parent / "workloads" / "quadratic.py"))

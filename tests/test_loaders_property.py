@@ -31,6 +31,7 @@ LOADERS = {
     "cluster": (load_cluster, DATA / "cluster-v1.yaml"),
     "profile": (profile.load, DATA / "profile-v1.json"),
     "profile-calibrated": (profile.load, DATA / "profile-v1-calibrated.json"),
+    "profile-v3": (profile.load, DATA / "profile-v3.json"),
     "plan": (plan.load, DATA / "plan-v1.json"),
     "plan-v2": (plan.load, DATA / "plan-v2.json"),
 }

@@ -16,6 +16,7 @@ def test_measure_steps_stops_at_the_time_cap(digits):
     steps = measure_steps(timer, Settings.make(quick=True, max_batch=16))
     assert [s.batch_size for s in steps] == [1, 2, 4, 8, 16]
     assert all(s.sec_per_step > 0 and s.samples_per_s == s.batch_size / s.sec_per_step for s in steps)
+    assert all(s.spread >= 0 for s in steps) and any(s.spread > 0 for s in steps)   # repeats never agree to the ns
 
 
 def test_quick_settings_are_lighter():

@@ -70,6 +70,10 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
     With `replan_every_s`, `replan` re-tunes the run spec from a checkpoint every that many
     seconds of training."""
     plan = plan_mod.load(plan_path)
+    if plan.simulated_cluster:
+        raise UserError(f"{plan_path}: planned by simulation for a cluster of {plan.simulated_cluster}, whose nodes "
+                        "are names, not machines; to run on such nodes, write a cluster spec with their hosts "
+                        "(`nodes:`), profile it and plan again")
     job = prepare(plan.spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, node_rank, plan_path)
     if checkpoint_every_s is not None and checkpoint_every_s <= 0:
         raise UserError(f"--checkpoint-every-s must be positive, got {checkpoint_every_s}")

@@ -7,6 +7,7 @@ slow or the batch no longer fits in memory.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -52,9 +53,10 @@ def batch_sizes(max_batch: int) -> list[int]:
     return sizes + ([max_batch] if sizes[-1] != max_batch else [])
 
 
-def median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callable[[], None],
-                budget_s: float = float("inf")) -> float:
-    """Median of up to `repeats` timed calls: fewer once they have taken `budget_s` (but at least 3)."""
+def timed(fn: Callable[[], None], repeats: int, warmup: int, sync: Callable[[], None],
+          budget_s: float = float("inf")) -> tuple[float, float]:
+    """Median of up to `repeats` timed calls (fewer once they have taken `budget_s`, but at least
+    3), and the standard deviation of their logs: the spread the simulator draws steps from."""
     for _ in range(warmup):
         fn()
     sync()
@@ -66,7 +68,8 @@ def median_time(fn: Callable[[], None], repeats: int, warmup: int, sync: Callabl
         times.append(time.perf_counter() - t)
         if len(times) >= 3 and sum(times) >= budget_s:
             break
-    return statistics.median(times)
+    logs = [math.log(max(t, 1e-9)) for t in times]
+    return statistics.median(times), statistics.stdev(logs) if len(logs) > 1 else 0.0
 
 
 class StepTimer:
@@ -79,8 +82,9 @@ class StepTimer:
         self.opt = HeavyBall(self.model.parameters(), lr=1e-3, momentum=0.9)
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def time(self, batch: int, s: Settings) -> float | None:
-        """Median seconds per step at `batch`, or None when it does not fit in memory."""
+    def time(self, batch: int, s: Settings) -> tuple[float, float] | None:
+        """Median seconds per step at `batch` and their log-spread, or None when it does not fit
+        in memory."""
         stream = workload_mod.batches(self.train, batch, seed=0)
 
         def step():
@@ -92,7 +96,7 @@ class StepTimer:
             self.opt.step()
             emulate_slowdown(self.emulated, started)
         try:
-            return median_time(step, s.repeats, s.warmup, self.sync, s.size_s)
+            return timed(step, s.repeats, s.warmup, self.sync, s.size_s)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
             return None
@@ -107,11 +111,12 @@ def measure_steps(timer: StepTimer, s: Settings, barrier: Callable[[], None] = l
         barrier()
         if done:
             continue
-        sec = timer.time(b, s)
-        if sec is None:
+        measured = timer.time(b, s)
+        if measured is None:
             done = True
             continue
-        out.append(StepTiming(batch_size=b, sec_per_step=sec, samples_per_s=b / sec))
+        sec, spread = measured
+        out.append(StepTiming(batch_size=b, sec_per_step=sec, samples_per_s=b / sec, spread=spread))
         on_batch(b)
         done = sec > s.max_step_s
     if not out:

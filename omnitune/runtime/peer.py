@@ -21,10 +21,10 @@ from __future__ import annotations
 import copy
 import itertools
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
+from omnitune.protocols import matching
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, get_state, num_params, num_state, set_state
@@ -72,15 +72,6 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
         return ctx.finish(monitor, opt, iterations, [iterations],
                           stats={"overlapped_fraction": overlapped / max(syncs, 1)})
     return None
-
-
-def matching(round_: int, n: int, seed: int) -> list[int]:
-    """A random perfect matching of n workers for one gossip round; partner[i], or -1 (odd n)."""
-    order = np.random.default_rng([seed, round_]).permutation(n)
-    partner = [-1] * n
-    for a, b in zip(order[0::2], order[1::2]):
-        partner[a], partner[b] = int(b), int(a)
-    return partner
 
 
 class StopBoard:
