@@ -26,6 +26,7 @@ Writes benchmarks/results/scale.json and scale.png.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from benchmarks.common import RESULTS, print_rows, write_results
@@ -126,20 +127,31 @@ def best_rows(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+ASYNCHRONOUS = ("groups", "softsync", "gossip")    # Jin et al.'s side: no global barrier per step
+
+
 def crossovers(best: list[dict], sizes) -> dict[str, dict]:
-    """Per link: at each size which protocol is fastest, and the largest size where an
-    asynchronous one beats sync."""
+    """Per link and size: the fastest protocol, and the best asynchronous one (groups, softsync,
+    gossip) against sync; then where sync pulls ahead for good (hpsgd, a synchronous all-reduce
+    one step late, is reported but counts on neither side)."""
     out = {}
     for link in LINKS:
-        winners = {}
+        fastest, versus = {}, {}
         for n in sizes:
-            mine = [r for r in best if r["workers"] == n and r["link"] == link and r["time_to_target_s"] is not None]
-            if mine:
-                winners[n] = min(mine, key=lambda r: r["time_to_target_s"])["protocol"]
-        asynchronous = [n for n, w in winners.items() if w != "sync"]
-        out[link] = {"fastest": winners, "async_wins_up_to": max(asynchronous) if asynchronous else None,
-                     "sync_wins_from": min((n for n in winners if winners[n] == "sync"
-                                            and all(winners[m] == "sync" for m in winners if m >= n)), default=None)}
+            mine = {r["protocol"]: r["time_to_target_s"] for r in best
+                    if r["workers"] == n and r["link"] == link and r["time_to_target_s"] is not None}
+            if not mine:
+                continue
+            fastest[n] = min(mine, key=mine.get)
+            asyn = min((p for p in mine if p in ASYNCHRONOUS), key=mine.get, default=None)
+            if asyn and "sync" in mine:
+                versus[n] = {"asynchronous": asyn, "asynchronous_s": mine[asyn], "sync_s": mine["sync"],
+                             "sync_over_async": mine["sync"] / mine[asyn]}
+        ahead = [n for n, v in versus.items() if v["sync_over_async"] > 1]
+        sync_from = min((n for n in versus if all(versus[m]["sync_over_async"] < 1 for m in versus if m >= n)),
+                        default=None)
+        out[link] = {"fastest": fastest, "sync_vs_async": versus,
+                     "async_ahead_at": ahead, "sync_ahead_from": sync_from}
     return out
 
 
@@ -161,7 +173,7 @@ def plot(best: list[dict], path) -> None:
         ax.set_xlabel("workers (one per node)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(f"predicted time to {TARGET} (s)")
-    axes[0].legend()
+    axes[0].legend(loc="lower left", fontsize=8)
     fig.suptitle("25.6M parameters, 0.10 s per step of 32 (GPU-class); statistical efficiency from probes")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -171,23 +183,30 @@ def plot(best: list[dict], path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4, 16 and 64 workers")
+    parser.add_argument("--replot", action="store_true", help="no probes: the summary and the figure again, "
+                        "from the rows of the last run's JSON")
     args = parser.parse_args()
     sizes = QUICK_SIZES if args.quick else SIZES
-    wl = workload.load(WORKLOAD)
-    prober = make_prober(wl, None, TARGET, seed=0)
-    rows = []
-    for n in sizes:
-        for name in variants(n):
-            rows += cell(prober, name, n)
-            print_rows(f"{name} on {n} workers", rows[-len(LINKS):],
-                       ["variant", "link", "sec_per_iter", "mean_staleness", "iters_to_target", "time_to_target_s"])
+    name = "scale" + ("-quick" if args.quick else "")
+    if args.replot:
+        rows = json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+    else:
+        prober = make_prober(workload.load(WORKLOAD), None, TARGET, seed=0)
+        rows = []
+        for n in sizes:
+            for protocol in variants(n):
+                rows += cell(prober, protocol, n)
+                print_rows(f"{protocol} on {n} workers", rows[-len(LINKS):],
+                           ["variant", "link", "sec_per_iter", "mean_staleness", "iters_to_target", "time_to_target_s"])
     best = best_rows(rows)
     summary = crossovers(best, sizes)
-    name = "scale" + ("-quick" if args.quick else "")
     plot(best, RESULTS / f"{name}.png")
-    print_rows("fastest protocol per size", [{"link": k, **{str(n): v["fastest"].get(n) for n in sizes},
-                                              "async_wins_up_to": v["async_wins_up_to"]} for k, v in summary.items()],
-               ["link", *map(str, sizes), "async_wins_up_to"])
+    for link, v in summary.items():
+        print_rows(f"{link}: the best asynchronous protocol against sync (predicted seconds to {TARGET})",
+                   [{"workers": n, **x} for n, x in v["sync_vs_async"].items()],
+                   ["workers", "asynchronous", "asynchronous_s", "sync_s", "sync_over_async"])
+        print(f"{link}: fastest per size {v['fastest']}; asynchronous ahead of sync at {v['async_ahead_at']}, "
+              f"sync ahead from {v['sync_ahead_from']} workers on")
     path = write_results(name, {
         "quick": args.quick, "workload": WORKLOAD, "target": TARGET, "params": PARAMS, "step_s": STEP_S,
         "batch_per_worker": BATCH, "server_update_s": SERVER_UPDATE_S,

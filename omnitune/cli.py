@@ -109,6 +109,9 @@ def plan(
                                              "the job, about 10% of its predicted training time)"),
     predict_s: float = typer.Option(0.0, help="then probe the chosen configuration this many seconds more, to "
                                     "predict its time to target where the search could not (long jobs)"),
+    hardware_model: str = typer.Option("analytic", help="seconds per iteration from the analytic model calibrated "
+                                       "on the profile's jobs (analytic), or from the simulator (simulated); "
+                                       "--cluster always simulates"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
     from omnitune import fleet as fleet_mod, optimizer, plan as plan_mod, probe, profile as profile_mod, \
@@ -119,6 +122,9 @@ def plan(
             raise UserError(f"--budget-s must not be negative, got {budget_s}")
         if predict_s < 0:
             raise UserError(f"--predict-s must not be negative, got {predict_s}")
+        if hardware_model not in (plan_mod.ANALYTIC, plan_mod.SIMULATED):
+            raise UserError(f"--hardware-model must be {plan_mod.ANALYTIC} or {plan_mod.SIMULATED}, got "
+                            f"{hardware_model!r}")
         if (profile_path is None) == (cluster is None):
             raise UserError("give one of --profile (a measured cluster) or --cluster (node types to simulate)")
         fleet = fleet_mod.load(cluster) if cluster is not None else None
@@ -135,19 +141,21 @@ def plan(
         _seed_everything(seed)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
         study = study_mod.new_study(_study_storage(out_path),
-                                    _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s))
+                                    _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s,
+                                                hardware_model))
         with console.status("planning…") as status:
             if fleet:
                 status.update(f"planning: simulating every configuration on {fleet.nodes} nodes")
             found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                      study=study, log=lambda m: status.update(f"planning: {m}"),
-                                     hardware=fleet.hardware if fleet else None)
+                                     hardware=fleet.hardware if fleet else optimizer.profiled(prof, hardware_model))
             if predict_s > 0:
                 status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
                 found = optimizer.predict(found, prober, predict_s)
         result = optimizer.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                      simulated_cluster=fleet.description if fleet else "")
+                                      simulated_cluster=fleet.description if fleet else "",
+                                      hardware_model=hardware_model)
         plan_mod.save(result, out_path)
     except ValueError as e:
         _fail(UserError(str(e)))
@@ -176,6 +184,10 @@ def plan(
     if result.simulated_cluster:
         out.print(f"simulated plan for {result.simulated_cluster} ({fleet.nodes} nodes): seconds per iteration and "
                   "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
+    elif result.hardware_model == plan_mod.SIMULATED:
+        out.print("seconds per iteration from the simulator, run on the profile's measurements")
+    else:
+        out.print("seconds per iteration from the analytic model, calibrated on the profile's real jobs")
     spent = result.planning
     scope = "full search" if spent.full else "quick search: the job is too small for a full one"
     out.print(f"planning took {spent.seconds:.1f}s for {spent.probes} probes ({scope}; budget {spent.budget_s:.1f}s: "
@@ -196,11 +208,11 @@ def _study_storage(plan_path: Path) -> str:
     return f"sqlite:///{plan_path.with_suffix('.study.db')}"
 
 
-def _study_name(prof, workload, target, seed, probe_iters, budget_s) -> str:
+def _study_name(prof, workload, target, seed, probe_iters, budget_s, hardware_model) -> str:
     """Everything a stored probe's outcome depends on (its length follows the budget); anything
     else starts a new study."""
     return (f"{workload}|{prof.measured_at}|devices={len(prof.devices)}|target={target}|seed={seed}|iters={probe_iters}"
-            f"|budget={budget_s}|probes=3")
+            f"|budget={budget_s}|hardware={hardware_model}|probes=3")
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):

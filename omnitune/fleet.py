@@ -27,8 +27,6 @@ from omnitune.errors import UserError
 from omnitune.perfmodel import ComputeModel, Shape
 from omnitune.profile import Profile
 
-SIM_ITERATIONS = 200        # simulated iterations per configuration
-
 
 @dataclass(frozen=True)
 class LinkSpec:
@@ -123,7 +121,7 @@ class Fleet:
 
     def hardware(self, shape: Shape, batch: int) -> tuple[float, tuple[int, ...]]:
         """Seconds per iteration and the staleness histogram the probes replay, simulated."""
-        out = simulator.simulate(self.scenario(shape), SIM_ITERATIONS, seed=0)
+        out = simulator.simulate(self.scenario(shape), simulator.ITERATIONS, seed=0)
         return out.sec_per_iter, out.staleness if shape.variant.has_server else ()
 
 

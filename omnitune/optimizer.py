@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from omnitune import budget as budget_mod, protocols, study as study_mod
+from omnitune import budget as budget_mod, protocols, simulator, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
 from omnitune.perfmodel import PerfModel, Shape
@@ -133,10 +133,24 @@ class Scored:
 Hardware = Callable[[Shape, int], tuple[float, tuple[int, ...]]]
 
 
-def profiled(profile: Profile) -> Hardware:
-    """The calibrated analytic model (perfmodel) and the calibration jobs' measured staleness."""
+def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
+    """Seconds per iteration from the calibrated analytic model (perfmodel) or the simulator
+    run on the profile's measurements (simulator.from_profile); staleness from the calibration
+    jobs where they measured it, else, simulated, from the simulator."""
     perf = PerfModel.from_profile(profile)
-    return lambda shape, b: (perf.sec_per_iter(shape), measured_staleness(profile, shape.layout, shape.variant, b))
+    overhead: dict[str, float] = {}              # o per variant key (simulator.runtime_overhead)
+
+    def hardware(shape: Shape, b: int) -> tuple[float, tuple[int, ...]]:
+        measured = measured_staleness(profile, shape.layout, shape.variant, b)
+        if model == ANALYTIC:
+            return perf.sec_per_iter(shape), measured
+        key = shape.variant.key
+        if key not in overhead:
+            overhead[key] = simulator.runtime_overhead(profile, shape.variant)
+        out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead[key]),
+                                 simulator.ITERATIONS, seed=0)
+        return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
+    return hardware
 
 
 def enumerate_setups(profile: Profile, space: Space, hardware: Hardware | None = None) -> list[Setup]:
@@ -615,7 +629,8 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
 
 
 def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
-               data_dir: str | None, target: float, seed: int, created_at: str, simulated_cluster: str = "") -> Plan:
+               data_dir: str | None, target: float, seed: int, created_at: str, simulated_cluster: str = "",
+               hardware_model: str = ANALYTIC) -> Plan:
     """The winning configuration as a Plan: the first of the search's ranking. When no probe could
     be ranked, the configuration whose probe reached the highest accuracy, with no prediction; a
     clear error when no probe learned at all."""
@@ -645,4 +660,4 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning,
-        hardware_model=SIMULATED if simulated_cluster else ANALYTIC, simulated_cluster=simulated_cluster)
+        hardware_model=SIMULATED if simulated_cluster else hardware_model, simulated_cluster=simulated_cluster)

@@ -49,6 +49,9 @@ from omnitune.profile import Profile
 from omnitune.protocols import Variant
 
 
+ITERATIONS = 200      # what planning simulates of each configuration
+
+
 @dataclass(frozen=True)
 class Link:
     """One link class: L(m) = alpha + beta m."""
@@ -329,18 +332,22 @@ def from_profile(profile: Profile, shape: Shape, network: Network | None = None,
 
 def runtime_overhead(profile: Profile, variant: Variant) -> float:
     """o for a variant: the median, over the profile's calibration jobs of the same protocol and
-    parameter (else the same protocol), of what the real job took per iteration beyond its
-    simulated steps and messages; 0 when there are none. The loops differ in what they do
-    beside the step (a sync step flattens gradients and checks the monitor; a gossip step only
-    steps), so each protocol has its own. A fit, from runs that benchmarks/simulator.py does
-    not compare against."""
-    def gaps(match) -> list[float]:
+    parameter (else the same protocol), of the o at which the simulation takes the job's measured
+    seconds per iteration; 0 when there are none. The loops differ in what they do beside the
+    step (a sync step flattens gradients and checks the monitor; a gossip step only steps), so
+    each protocol has its own. o is solved in the simulation's own terms (with g groups taking
+    turns, o per step adds about o/g per update). A fit, from runs that benchmarks/simulator.py
+    does not compare against."""
+    def fits(match) -> list[float]:
         out = []
         for cal in profile.calibration:
             shape = calibration_shape(profile, cal)
             if match(shape.variant):
-                bare = simulate(from_profile(profile, shape, overhead_s=0.0), 50).sec_per_iter
-                out.append(cal.sec_per_iter - bare)
+                bare_sc = from_profile(profile, shape, overhead_s=0.0)
+                bare = simulate(bare_sc, 50).sec_per_iter
+                # Same seed, same draws: the slope of seconds per iteration in o, o near its size.
+                slope = (simulate(replace(bare_sc, overhead_s=bare), 50).sec_per_iter - bare) / bare
+                out.append((cal.sec_per_iter - bare) / slope if slope > 0 else 0.0)
         return out
-    found = gaps(lambda v: v.key == variant.key) or gaps(lambda v: type(v) is type(variant))
+    found = fits(lambda v: v.key == variant.key) or fits(lambda v: type(v) is type(variant))
     return max(statistics.median(found), 0.0) if found else 0.0

@@ -43,6 +43,8 @@ PLAN = ["plan", "--workload", "lenet-digits", "--out", "/tmp/never-written.json"
     (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--lr", "-0.1"], "--lr"),
     (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--predict-s", "-1"],
      "--predict-s must not be negative"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--hardware-model", "guess"],
+     "--hardware-model must be analytic or simulated"),
 ])
 def test_plan_bad_input(extra, needle):
     fails_cleanly(PLAN + extra, needle)
@@ -202,3 +204,17 @@ def test_run_refuses_a_simulated_plan(tmp_path):
     plan_mod.save(p, tmp_path / "plan.json")
     fails_cleanly(["run", str(tmp_path / "plan.json"), "--out-dir", str(tmp_path / "r")],
                   "planned by simulation for a cluster of 64 × box")
+
+
+def test_plan_for_node_types_prints_a_simulated_plan(tmp_path):
+    import shutil
+    shutil.copy(DATA / "profile-v3.json", tmp_path / "node.json")
+    (tmp_path / "fleet.yaml").write_text("node_types:\n  - {name: box, count: 4, profile: node.json}\n"
+                                         "inter_node: {gbit_s: 10, latency_us: 20}\n")
+    r = runner.invoke(app, ["plan", "--cluster", str(tmp_path / "fleet.yaml"), "--workload", "lenet-digits",
+                            "--target-accuracy", "0.9", "--protocol", "groups", "--batch-size", "16", "--lr", "0.05",
+                            "--budget-s", "5", "--out", str(tmp_path / "plan.json")])
+    assert r.exit_code == 0, r.output
+    assert "simulated plan for 4 × box (4 nodes)" in r.output
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["hardware_model"] == "simulated" and plan["spec"]["variant"]["protocol"] == "groups"

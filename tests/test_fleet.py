@@ -91,3 +91,21 @@ def test_a_simulated_plan_is_marked_and_run_refuses_it(tmp_path):
     assert plan_mod.load(tmp_path / "plan.json") == plan
     with pytest.raises(UserError, match="planned by simulation for a cluster of 16 × box"):
         job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"))
+
+
+def test_a_profiled_cluster_may_be_scored_by_the_simulator():
+    """--hardware-model simulated: the simulator on the profile's own measurements, the
+    calibration jobs' staleness kept; the plan stays runnable (no simulated cluster)."""
+    from omnitune import profile as profile_mod
+
+    prof = profile_mod.load(DATA / "profile-v3.json")
+    space = optimizer.Space(protocols=("sync", "groups"), batch_sizes=(32,))
+    analytic = optimizer.enumerate_setups(prof, space)
+    simulated = optimizer.enumerate_setups(prof, space, optimizer.profiled(prof, plan_mod.SIMULATED))
+    assert [s.variant for s in analytic] == [s.variant for s in simulated]
+    assert all(s.sec_per_iter > 0 for s in simulated)
+    assert [s.staleness for s in analytic] == [s.staleness for s in simulated]       # measured, where measured
+    found = optimizer.search(prof, space, FakeProber(), hardware=optimizer.profiled(prof, plan_mod.SIMULATED))
+    plan = optimizer.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now",
+                                hardware_model=plan_mod.SIMULATED)
+    assert plan.hardware_model == plan_mod.SIMULATED and plan.simulated_cluster == ""
