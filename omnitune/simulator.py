@@ -251,6 +251,7 @@ def _gossip(sim: _Sim, iterations: int) -> Outcome:
     devices = sim.sc.devices
     env, n, every = sim.env, len(devices), sim.sc.variant.every
     arrived = defaultdict(env.event)         # (round, worker) -> the worker is ready to swap
+    matchings: dict[int, list[int]] = {}     # round -> partner of each worker
     finished = env.event()
 
     def worker(i: int, d: SimDevice):
@@ -259,7 +260,9 @@ def _gossip(sim: _Sim, iterations: int) -> Outcome:
             yield env.timeout(sim.step_s(d) + sim.sc.overhead_s)
             if step % every:
                 continue
-            partner = protocols.matching(rnd, n, sim.seed)[i]
+            if rnd not in matchings:
+                matchings[rnd] = protocols.matching(rnd, n, sim.seed)
+            partner = matchings[rnd][i]
             if partner >= 0:
                 arrived[rnd, i].succeed()
                 yield arrived[rnd, partner]
