@@ -85,20 +85,15 @@ def momentum(v: Variant) -> float:
     return v.rule_momentum(optimizer.MU_STAR) if v.has_server else optimizer.MU_STAR
 
 
-def best_probe(prober, v: Variant, n: int, staleness: tuple[int, ...]) -> tuple[float | None, dict]:
+def probe(prober, v: Variant, n: int, staleness: tuple[int, ...]) -> tuple[float | None, dict]:
     """Iterations to target at the scaled learning rate (times the variant's lr_gain), with the
-    rule's momentum."""
-    tried = []
-    for lr in (scaled_lr(v, n),):
-        cfg = ProbeConfig(v, batches(v, n), lr * v.lr_gain, momentum(v),
-                          staleness if v.has_server else ())
-        start = time.perf_counter()
-        r = prober(cfg, int(MAX_SAMPLES / cfg.samples_per_update), MAX_PROBE_S, lambda it, acc: False, 32)
-        tried.append({"lr": cfg.lr, "iters": r.iters_to_target, "reached": r.reached, "note": r.note,
-                      "probe_s": time.perf_counter() - start})
-    done = [t for t in tried if t["iters"] is not None]
-    best = min(done, key=lambda t: t["iters"]) if done else None
-    return (best["iters"] if best else None), {"lrs": tried, "best_lr": best["lr"] if best else None}
+    rule's momentum; and the probe's record (keys as when cells tried several rates)."""
+    cfg = ProbeConfig(v, batches(v, n), scaled_lr(v, n) * v.lr_gain, momentum(v), staleness if v.has_server else ())
+    start = time.perf_counter()
+    r = prober(cfg, int(MAX_SAMPLES / cfg.samples_per_update), MAX_PROBE_S, lambda it, acc: False, 32)
+    tried = {"lr": cfg.lr, "iters": r.iters_to_target, "reached": r.reached, "note": r.note,
+             "probe_s": time.perf_counter() - start}
+    return r.iters_to_target, {"lrs": [tried], "best_lr": cfg.lr if r.iters_to_target is not None else None}
 
 
 def cell(prober, name: str, n: int) -> list[dict]:
@@ -106,7 +101,7 @@ def cell(prober, name: str, n: int) -> list[dict]:
     rows = []
     for v in variants(n)[name]:
         sims = {label: simulate(scenario(v, n, link), SIM_ITERS) for label, link in LINKS.items()}
-        iters, probes = best_probe(prober, v, n, sims["10 Gbit/s"].staleness)
+        iters, probes = probe(prober, v, n, sims["10 Gbit/s"].staleness)
         for label, out in sims.items():
             rows.append({"protocol": name, "variant": v.label, "groups": v.groups, "workers": n, "link": label,
                          "sec_per_iter": out.sec_per_iter, "mean_staleness": out.mean_staleness,

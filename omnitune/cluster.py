@@ -147,9 +147,13 @@ def read_spec(path: str | os.PathLike) -> dict:
     return data
 
 
-def read_spec_as(path: Path, cls: type, data: dict | None = None):
-    """A spec file (version 1, the default) as the frozen dataclass `cls`."""
-    data = dict(read_spec(path) if data is None else data)
+def read_spec_as(path: Path, cls: type, refuse: dict[str, str] | None = None):
+    """A spec file (version 1, the default) as the frozen dataclass `cls`; a key of `refuse`
+    (the other kind of spec's) is an error with its message."""
+    data = read_spec(path)
+    for key, message in (refuse or {}).items():
+        if key in data:
+            raise UserError(f"{path}: {message}")
     data.setdefault("schema_version", 1)
     spec = from_dict(cls, data, str(path))
     if spec.schema_version != 1:
@@ -160,11 +164,9 @@ def read_spec_as(path: Path, cls: type, data: dict | None = None):
 def load_cluster(path: str | os.PathLike) -> Cluster:
     """Read a cluster spec (YAML or JSON) into a Cluster with a single layout of all its devices."""
     path = Path(path)
-    data = read_spec(path)
-    if "node_types" in data:
-        raise UserError(f"{path}: node_types describes a cluster to plan for by simulation: give it to "
-                        "`omnitune plan --cluster`, not here")
-    spec = read_spec_as(path, ClusterSpec, data)
+    spec = read_spec_as(path, ClusterSpec, refuse={
+        "node_types": "node_types describes a cluster to plan for by simulation: give it to "
+                      "`omnitune plan --cluster`, not here"})
     if not spec.nodes:
         raise UserError(f"{path}: nodes: at least one node is needed")
     devices = []

@@ -20,12 +20,14 @@ import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 from omnitune import profile as profile_mod, simulator
-from omnitune.cluster import Cluster, read_spec, read_spec_as
+from omnitune.cluster import Cluster, read_spec_as
 from omnitune.errors import UserError
-from omnitune.perfmodel import ComputeModel, Shape
+from omnitune.perfmodel import Shape
 from omnitune.profile import Profile
+from omnitune.protocols import Variant
 
 
 @dataclass(frozen=True)
@@ -72,52 +74,32 @@ class Fleet:
         return ", ".join(f"{t.count} × {t.name}" for t in self.spec.node_types)
 
     @cached_property
-    def placement(self) -> dict[str, tuple[NodeType, str, int]]:
-        """Each simulated device: its node type, the device of the type's profile it copies, and
-        its node's index."""
-        out, node = {}, 0
-        for t in self.spec.node_types:
-            for i in range(t.count):
-                for d in self.profiles[t.name].cluster.layouts[self.layouts[t.name]]:
-                    out[f"{t.name}{i}-{d}"] = (t, d, node)
-                node += 1
-        return out
-
-    @cached_property
     def profile(self) -> Profile:
-        """The whole cluster as one profile: every node's devices with its type's measurements,
-        in one layout. The server runs on the first node, with the first type's network."""
-        first = self.profiles[self.spec.node_types[0].name]
-        devices, measured = [], []
-        for dev_id, (t, d, node) in self.placement.items():
+        """The whole cluster as one profile: every node runs its type's layout, each device a copy
+        of the type's profile's, named "{type}{i}-{device}", on host "{type}{node}"; one layout of
+        them all. The server runs on the first node, with the first type's network."""
+        devices, measured, node = [], [], 0
+        for t in self.spec.node_types:
             own = self.profiles[t.name]
-            devices.append(replace(own.cluster.device(d), id=dev_id, host=f"{t.name}{node}", node=node))
-            measured.append(replace(own.device(d), device_id=dev_id))
-        cluster = Cluster(tuple(devices), {"cluster": tuple(self.placement)},
+            for i in range(t.count):
+                for d in own.cluster.layouts[self.layouts[t.name]]:
+                    dev_id = f"{t.name}{i}-{d}"
+                    devices.append(replace(own.cluster.device(d), id=dev_id, host=f"{t.name}{node}", node=node))
+                    measured.append(replace(own.device(d), device_id=dev_id))
+                node += 1
+        cluster = Cluster(tuple(devices), {"cluster": tuple(d.id for d in devices)},
                           rendezvous=f"{devices[0].host}:29400", server_host=devices[0].host)
+        first = self.profiles[self.spec.node_types[0].name]
         return replace(first, cluster=cluster, devices=tuple(measured), calibration=())
 
     def scenario(self, shape: Shape) -> simulator.Scenario:
-        """A configuration of this cluster, for the simulator."""
-        groups = tuple(tuple(self._device(d, shape.batch[d]) for d in g) for g in shape.groups)
-        first = self.profiles[self.spec.node_types[0].name]
-        net = first.network
-        key = shape.variant.key
-        if key not in self._overheads:
-            self._overheads[key] = simulator.runtime_overhead(first, shape.variant)
-        return simulator.Scenario(shape.variant, groups, self.network, first.model_bytes,
-                                  net.server_update_s if net else 0.0, 0, self._overheads[key])
+        """A configuration of this cluster, for the simulator; o from the first type's
+        calibration jobs (the whole cluster's profile has none)."""
+        return simulator.from_profile(self.profile, shape, self.network, self.overhead(shape.variant))
 
     @cached_property
-    def _overheads(self) -> dict[str, float]:
-        """o per variant key, from the first type's calibration jobs (simulator.runtime_overhead)."""
-        return {}
-
-    def _device(self, dev_id: str, batch: int) -> simulator.SimDevice:
-        t, d, node = self.placement[dev_id]
-        own = self.profiles[t.name]
-        return simulator.SimDevice(dev_id, node, float(ComputeModel.from_profile(own.device(d))(batch)),
-                                   simulator.step_spread(own, d, batch))
+    def overhead(self) -> Callable[[Variant], float]:
+        return simulator.overheads(self.profiles[self.spec.node_types[0].name])
 
     def hardware(self, shape: Shape, batch: int) -> tuple[float, tuple[int, ...]]:
         """Seconds per iteration and the staleness histogram the probes replay, simulated."""
@@ -128,11 +110,9 @@ class Fleet:
 def load(path: str | os.PathLike) -> Fleet:
     """Read a fleet spec and the profiles it names; one-line errors naming the field."""
     path = Path(path)
-    data = read_spec(path)
-    if "nodes" in data:
-        raise UserError(f"{path}: nodes lists machines to profile (`omnitune profile --cluster`, then `plan "
-                        "--profile`); `plan --cluster` takes node_types and counts to simulate")
-    spec = read_spec_as(path, FleetSpec, data)
+    spec = read_spec_as(path, FleetSpec, refuse={
+        "nodes": "nodes lists machines to profile (`omnitune profile --cluster`, then `plan --profile`); "
+                 "`plan --cluster` takes node_types and counts to simulate"})
     if not spec.node_types:
         raise UserError(f"{path}: node_types: at least one node type is needed")
     profiles, layouts, names = {}, {}, set()

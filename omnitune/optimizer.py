@@ -138,16 +138,13 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
     run on the profile's measurements (simulator.from_profile); staleness from the calibration
     jobs where they measured it, else, simulated, from the simulator."""
     perf = PerfModel.from_profile(profile)
-    overhead: dict[str, float] = {}              # o per variant key (simulator.runtime_overhead)
+    overhead = simulator.overheads(profile)
 
     def hardware(shape: Shape, b: int) -> tuple[float, tuple[int, ...]]:
         measured = measured_staleness(profile, shape.layout, shape.variant, b)
         if model == ANALYTIC:
             return perf.sec_per_iter(shape), measured
-        key = shape.variant.key
-        if key not in overhead:
-            overhead[key] = simulator.runtime_overhead(profile, shape.variant)
-        out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead[key]),
+        out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
                                  simulator.ITERATIONS, seed=0)
         return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
     return hardware

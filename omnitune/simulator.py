@@ -39,6 +39,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 import simpy
@@ -322,15 +323,27 @@ def from_profile(profile: Profile, shape: Shape, network: Network | None = None,
     measurements, interpolated as perfmodel does), the profile's link for both classes unless
     `network` is given, its server update, and the runtime's overhead o (by default from the
     profile's calibration jobs, `runtime_overhead`)."""
-    message, ring = profile_links(profile)
-    cluster = profile.cluster
+    if network is None:
+        message, ring = profile_links(profile)
+        network = Network(message, message, ring, ring)
+    cluster, net = profile.cluster, profile.network
     groups = tuple(tuple(SimDevice(d, cluster.device(d).node,
                                    float(ComputeModel.from_profile(profile.device(d))(shape.batch[d])),
                                    step_spread(profile, d, shape.batch[d])) for d in g) for g in shape.groups)
-    net = profile.network
-    sc = Scenario(shape.variant, groups, network or Network(message, message, ring, ring), profile.model_bytes,
-                  net.server_update_s if net else 0.0, cluster.server_node)
-    return replace(sc, overhead_s=runtime_overhead(profile, shape.variant) if overhead_s is None else overhead_s)
+    return Scenario(shape.variant, groups, network, profile.model_bytes, net.server_update_s if net else 0.0,
+                    cluster.server_node,
+                    runtime_overhead(profile, shape.variant) if overhead_s is None else overhead_s)
+
+
+def overheads(profile: Profile) -> Callable[[Variant], float]:
+    """runtime_overhead of the profile, worked out once per variant key."""
+    known: dict[str, float] = {}
+
+    def overhead(variant: Variant) -> float:
+        if variant.key not in known:
+            known[variant.key] = runtime_overhead(profile, variant)
+        return known[variant.key]
+    return overhead
 
 
 def runtime_overhead(profile: Profile, variant: Variant) -> float:
