@@ -436,8 +436,8 @@ class OmnivoreLoop:
         pc = s.probe(lr, mu)
         if key in self.tried:
             return self.results.get(pc)
-        if self.budget is not None and self.elapsed() > self.budget.seconds and pc not in self.results:
-            self.tried[key] = f"not probed: planning budget of {self.budget.seconds:.1f}s spent"
+        if pc not in self.results and self.probes_run and not self.fits(s):
+            self.tried[key] = f"not probed: planning budget of {self.budget_s():.1f}s spent"
             return None
         if any(d.variant == pc.variant and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
             self.tried[key] = "not probed: at least as large as a setting that diverged"
@@ -474,6 +474,17 @@ class OmnivoreLoop:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def budget_s(self) -> float:
+        """The planning budget; while scouting, before one exists, the budget the scouts would get
+        if none of them predicts a time (a larger one can only follow)."""
+        return self.budget.seconds if self.budget is not None else budget_mod.UNKNOWN_BUDGET_S
+
+    def fits(self, s: Setup) -> bool:
+        """Whether a probe of `s` ends within the budget, by the profile's step times: a probe that
+        would overrun it is not started (on a large simulated fleet one probe takes seconds)."""
+        iters = min(self.beat(s.sec_per_iter), self.cap(s.sec_per_iter, s.probe_sec_per_iter))
+        return self.elapsed() + iters * s.probe_sec_per_iter <= self.budget_s()
+
     def set_budget(self) -> None:
         """The budget from the best predicted training time so far: it shrinks as the search
         finds faster configurations."""
@@ -491,8 +502,12 @@ class OmnivoreLoop:
         probe_s = budget_mod.SCOUT_S if self.scouting or self.budget is None else self.budget.probe_s
         return max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9)))
 
+    def beat(self, sec: float) -> int:
+        """The most iterations a probe may train: those that could still beat the best time."""
+        return self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
+
     def run_probe(self, pc: ProbeConfig, sec: float, probe_sec: float) -> ProbeResult | None:
-        beat = self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
+        beat = self.beat(sec)
         if beat < 1:
             return None
         cap = min(beat, self.cap(sec, probe_sec))

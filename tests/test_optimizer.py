@@ -175,6 +175,27 @@ def test_budget_stops_probing(sample_profile):
     assert len(prober.calls) <= 1 and any("budget" in s.note for s in scored)
 
 
+@pytest.mark.parametrize("budget_s", [None, 2.0])
+def test_a_probe_that_would_overrun_the_budget_is_not_started(sample_profile, monkeypatch, budget_s):
+    """Probes take the time the profile predicts (a fake clock): planning ends within its budget,
+    the scouts' fixed one included, instead of starting a last probe just before it runs out."""
+    clock = {"t": 0.0}
+    monkeypatch.setattr(optimizer.OmnivoreLoop, "elapsed", lambda self: clock["t"])
+    cost = {}
+    for s in optimizer.enumerate_setups(sample_profile, optimizer.Space()):
+        key = (s.variant, s.probe(0.1, 0.0).batches)
+        cost[key] = max(cost.get(key, 0.0), s.probe_sec_per_iter)
+
+    def slow(cfg, max_iters, max_seconds=30.0, on_eval=None, evals=16):
+        clock["t"] += max_iters * cost[(cfg.variant, cfg.batches)]
+        loss = 1.0 + abs(math.log10(cfg.lr / 0.1))
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), slow, budget_s=budget_s)
+    assert found.planning.probes >= 1 and clock["t"] <= found.planning.budget_s
+    assert any("budget" in s.note for s in found.scored)
+
+
 def test_lagging_probes_are_pruned(sample_profile):
     """A probe that reports a worse accuracy than the median at the same training time stops."""
     def slow_learner(cfg, max_iters, max_seconds, on_eval, evals=16):
