@@ -181,11 +181,14 @@ def plan(
     else:
         out.print(f"{chose}: predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                   f"{p.sec_per_iter * 1e3:.2f} ms")
+    for device, why in result.idle.items():
+        out.print(f"idle: {device} ({why})")
     if result.simulated_cluster:
         out.print(f"simulated plan for {result.simulated_cluster} ({fleet.nodes} nodes): seconds per iteration and "
                   "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
     elif result.hardware_model == plan_mod.SIMULATED:
-        out.print("seconds per iteration from the simulator, run on the profile's measurements")
+        out.print("seconds per iteration from the simulator, run on the profile's measurements (no calibration "
+                  "job timed this configuration, or --hardware-model simulated)")
     else:
         out.print("seconds per iteration from the analytic model, calibrated on the profile's real jobs")
     spent = result.planning

@@ -90,7 +90,9 @@ class Cluster:
 
 
 def local_cluster(cpu_count: int | None = None, cuda_count: int | None = None) -> Cluster:
-    """This machine: one CPU worker per core, or one worker on all cores; plus every GPU."""
+    """This machine: one CPU worker per core, or one worker on all cores, and in between k workers
+    of cores/k threads each for every k that divides the cores ("4-workers": cpu4x0 … cpu4x3 on
+    16 cores); each layout plus every GPU (subsets, the GPUs alone among them, are the planner's)."""
     cpus = cpu_count if cpu_count is not None else (len(os.sched_getaffinity(0)) or 1)
     if cuda_count is None:
         import torch
@@ -99,6 +101,10 @@ def local_cluster(cpu_count: int | None = None, cuda_count: int | None = None) -
     per_core = tuple(Device(f"cpu{i}", "cpu", threads=1) for i in range(cpus))
     layouts = {"one-per-core": tuple(d.id for d in per_core + gpus)}
     devices = per_core + gpus
+    for k in sorted((k for k in range(2, cpus) if cpus % k == 0), reverse=True):
+        workers = tuple(Device(f"cpu{k}x{i}", "cpu", threads=cpus // k) for i in range(k))
+        devices += workers
+        layouts[f"{k}-workers"] = tuple(d.id for d in workers + gpus)
     if cpus > 1:
         whole = Device("cpu-all", "cpu", threads=cpus)
         devices = devices + (whole,)

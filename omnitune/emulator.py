@@ -219,6 +219,7 @@ class ReplicaEmulator(Emulator):
         super().__init__(*args, **kw)
         sizes = [b for group in self.cfg.batches for b in group]
         self.n = len(sizes)
+        self.weights = protocols.sample_weights(sizes)      # averages weighted by samples, as the runtime's
         start = self.start_state()
         self.states = [start.clone() for _ in range(self.n)]
         self.v = [self.velocity() for _ in range(self.n)]
@@ -251,7 +252,7 @@ class HPSGDEmulator(ReplicaEmulator):
             self.G += self.change
             self.states = [self.G + (L - sent) for L, sent in zip(self.states, self.sent_from)]
             self.staleness[1] += 1
-        self.change = torch.stack([L - self.G for L in self.states]).mean(0)
+        self.change = sum(w * (L - self.G) for w, L in zip(self.weights, self.states))
         self.sent_from = [L.clone() for L in self.states]
         return loss
 
@@ -275,7 +276,8 @@ class GossipEmulator(ReplicaEmulator):
             self.round += 1
             for a, b in enumerate(partner):
                 if a < b:
-                    mean = (self.states[a] + self.states[b]) / 2
+                    wa, wb = self.weights[a], self.weights[b]
+                    mean = (wa * self.states[a] + wb * self.states[b]) / (wa + wb)
                     self.states[a], self.states[b] = mean, mean.clone()
             if partner[0] >= 0:                     # the coordinator's drift between averagings
                 self.staleness[self.it - self.last_averaged] += 1

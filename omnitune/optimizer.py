@@ -38,7 +38,7 @@ from typing import Callable
 from omnitune import budget as budget_mod, protocols, simulator, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
-from omnitune.perfmodel import PerfModel, Shape
+from omnitune.perfmodel import Linear, PerfModel, Shape
 from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
 from omnitune.profile import Profile
 from omnitune.protocols import Variant
@@ -61,6 +61,8 @@ RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at e
 # fraction of both the best loss and the best's progress from the untrained loss is a tie, which
 # goes to the larger effective learning rate.
 LOSS_TIE = 0.10
+NOISE_Z = 3.0         # devices differ in speed when their throughputs differ by this many standard errors
+FIXED_MARGIN = 0.10   # or, for profiles without the repeats' spread, by this fraction
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Config:
     batch: int                                     # per device (before balancing)
     lr: float
     momentum: float
+    idle: tuple[tuple[str, str], ...] = ()         # devices of the layout left out, and why
 
     @property
     def g(self) -> int:
@@ -99,13 +102,14 @@ class Setup:
     sec_per_iter: float
     staleness: tuple[int, ...] = ()                # measured by the profile's calibration job
     probe_sec_per_iter: float = 0.0                # a probe's iteration: every replica's compute, in one process
+    idle: tuple[tuple[str, str], ...] = ()         # devices of the layout left out, and why
 
     @property
     def samples_per_s(self) -> float:
         return self.variant.samples_per_update(self.batches) / self.sec_per_iter
 
     def config(self, lr: float, momentum: float) -> Config:
-        return Config(self.layout, self.variant, self.groups, self.batch, lr, momentum)
+        return Config(self.layout, self.variant, self.groups, self.batch, lr, momentum, self.idle)
 
     def probe(self, lr: float, momentum: float) -> ProbeConfig:
         """What a probe of this setup trains: configurations alike in it share statistical efficiency."""
@@ -135,39 +139,113 @@ Hardware = Callable[[Shape, int], tuple[float, tuple[int, ...]]]
 
 def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
     """Seconds per iteration from the calibrated analytic model (perfmodel) or the simulator
-    run on the profile's measurements (simulator.from_profile); staleness from the calibration
-    jobs where they measured it, else, simulated, from the simulator."""
+    run on the profile's measurements (simulator.from_profile). The analytic model is used only
+    where it is calibrated, or for one device alone: a configuration no calibration job timed
+    (a subset of a layout, groups formed by speed) is simulated, the simulator being the better
+    model of what the profile never ran (benchmarks.simulator: 8-11% against the raw analytic
+    model's 41-45%). Staleness from the calibration jobs where they measured it, else simulated."""
     perf = PerfModel.from_profile(profile)
     overhead = simulator.overheads(profile)
 
     def hardware(shape: Shape, b: int) -> tuple[float, tuple[int, ...]]:
         measured = measured_staleness(profile, shape.layout, shape.variant, b)
-        if model == ANALYTIC:
+        devices = sum(map(len, shape.groups))
+        if model == ANALYTIC and (shape.key in perf.calibration or devices == 1):
             return perf.sec_per_iter(shape), measured
         out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
                                  simulator.ITERATIONS, seed=0)
-        return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
+        sec = perf.sec_per_iter(shape) if model == ANALYTIC and devices == 1 else out.sec_per_iter
+        return sec, measured or (out.staleness if shape.variant.has_server else ())
     return hardware
 
 
+def speeds(profile: Profile, devices: tuple[str, ...]) -> dict[str, float]:
+    """Each device's best measured samples per second."""
+    return {d: profile.device(d).best.samples_per_s for d in devices}
+
+
 def enumerate_setups(profile: Profile, space: Space, hardware: Hardware | None = None) -> list[Setup]:
-    """Every layout × admitted variant × batch, scored for hardware efficiency (by default the
-    profile's calibrated model; a fleet's simulator for clusters that cannot run here)."""
+    """Every layout and its candidate subsets × admitted variant × batch, scored for hardware
+    efficiency (by default the profile's calibrated model; a fleet's simulator for clusters that
+    cannot run here)."""
     perf = PerfModel.from_profile(profile)
     hardware = hardware or profiled(profile)
+    seen: set[frozenset[str]] = set()      # a set of devices is scored once (the GPUs alone, of every layout)
+
+    def setups(name: str, ids: tuple[str, ...], idle: tuple[tuple[str, str], ...]) -> list[Setup]:
+        if frozenset(ids) in seen:
+            return []
+        seen.add(frozenset(ids))
+        return layout_setups(profile, space, perf, hardware, name, ids, idle)
     out = []
     for layout, devices in profile.cluster.layouts.items():
-        if space.layouts is not None and layout not in space.layouts:
+        if space.layouts is None or layout in space.layouts:
+            out += subsets(profile, layout, devices, setups)
+    return out
+
+
+def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Hardware, layout: str,
+                  devices: tuple[str, ...], idle: tuple[tuple[str, str], ...] = ()) -> list[Setup]:
+    """Every admitted variant × batch on these devices. On devices of unequal speed (beyond the
+    profile's noise), groups are formed by speed and may differ in size, and every variant also
+    comes with balanced batches."""
+    out = []
+    het = heterogeneous(profile, devices)
+    fast = speeds(profile, devices)
+    for v in protocols.admitted(len(devices), space.protocols, het):
+        if space.groups is not None and v.groups not in space.groups:
             continue
-        for v in protocols.admitted(len(devices), space.protocols, heterogeneous(profile, devices)):
-            if space.groups is not None and v.groups not in space.groups:
-                continue
-            groups = v.group(devices)
-            for b in _batch_sizes(profile, devices, space):
-                batch = device_batches(perf, v, groups, b)
-                sec, staleness = hardware(Shape(groups, batch, v, layout), b)
-                batches = tuple(tuple(batch[d] for d in g) for g in groups)
-                out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, v, groups, batches)))
+        groups = protocols.by_speed(devices, fast, v.groups, v.balanced) if het else v.group(devices)
+        for b in _batch_sizes(profile, devices, space):
+            batch = device_batches(perf, v, groups, b)
+            sec, staleness = hardware(Shape(groups, batch, v, layout), b)
+            batches = tuple(tuple(batch[d] for d in g) for g in groups)
+            out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, v, groups, batches),
+                             idle))
+    return out
+
+
+def subsets(profile: Profile, layout: str, devices: tuple[str, ...],
+            setups: Callable[[str, tuple[str, ...], tuple[tuple[str, str], ...]], list[Setup]]) -> list[Setup]:
+    """The layout's setups, and those of the subsets of its devices worth a probe. The hardware
+    model prunes: on devices of unequal speed the slowest is left out only if some protocol, at
+    some batch, runs more samples per second without it, and so on while that holds; with CPUs
+    beside GPUs, each kind alone too (the GPUs alone, the CPUs alone). Each subset's setups say
+    which devices sit idle and why."""
+    whole = setups(layout, devices, ())
+    out = list(whole)
+    kinds = {profile.cluster.device(d).kind for d in devices}
+    if len(kinds) > 1:
+        for kind in sorted(kinds):
+            mine = tuple(d for d in devices if profile.cluster.device(d).kind == kind)
+            out += setups(f"{layout}: {kind} only", mine,
+                          tuple((d, f"{kind} only") for d in devices if d not in mine))
+    fast = speeds(profile, devices)
+    current, idle, kept = devices, (), whole
+    while len(current) > 1 and heterogeneous(profile, current):
+        slowest = min(current, key=fast.get)
+        fewer = tuple(d for d in current if d != slowest)
+        name = f"{layout} less {','.join([x for x, _ in idle] + [slowest])}"
+        trial = setups(name, fewer, ())
+        gain = max(((after / before, x) for x, after in best_rates(trial).items()
+                    if (before := best_rates(kept).get(x))), default=(0.0, ""))
+        if gain[0] <= 1.0:
+            break
+        idle += ((slowest, f"{fast[slowest]:,.0f} samples/s, the slowest: {gain[1]} runs {gain[0] - 1:.0%} "
+                           "more samples per second without it"),)
+        kept = [replace(s, idle=idle) for s in trial]
+        out += kept
+        current = fewer
+    return out
+
+
+def best_rates(setups: list[Setup]) -> dict[str, float]:
+    """The most samples per second of each protocol (balanced or not), over its shapes and batches:
+    what a subset is compared on."""
+    out: dict[str, float] = {}
+    for s in setups:
+        key = f"{s.variant.protocol}{' (balanced)' if s.variant.balanced else ''} at batch {s.batch}"
+        out[key] = max(out.get(key, 0.0), s.samples_per_s)
     return out
 
 
@@ -188,24 +266,56 @@ def eval_cost(setups: list[Setup]) -> float:
     return budget_mod.PROBE_TEST * per_sample / 2
 
 
-def heterogeneous(profile: Profile, devices: tuple[str, ...], margin: float = 0.1) -> bool:
-    """Whether the devices' best throughputs differ by more than `margin`."""
-    speeds = [profile.device(d).best.samples_per_s for d in devices]
-    return len(speeds) > 1 and min(speeds) < (1 - margin) * max(speeds)
+def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = NOISE_Z) -> bool:
+    """Whether some device is slower than the fastest beyond the profile's noise. Against the
+    fastest (by best throughput), the median over common batch sizes of the log throughput ratio
+    must exceed z standard errors of it, taken from the spread of the profile's repeats (the
+    median of the pair's summed variances, over the number of batch sizes). Two identical cores
+    measured 15% apart at their best batch here, and their ratios changed sign across batches.
+    Profiles that did not record spreads (schema 1-2) fall back to a fixed FIXED_MARGIN."""
+    if len(devices) < 2:
+        return False
+    steps = {d: {s.batch_size: s for s in profile.device(d).steps} for d in devices}
+    fastest = max(devices, key=lambda d: profile.device(d).best.samples_per_s)
+    for d in devices:
+        common = sorted(set(steps[d]) & set(steps[fastest]))
+        if d == fastest or not common:
+            continue
+        ratios = [math.log(steps[fastest][b].samples_per_s / steps[d][b].samples_per_s) for b in common]
+        noise = [steps[fastest][b].spread ** 2 + steps[d][b].spread ** 2 for b in common]
+        margin = z * math.sqrt(statistics.median(noise) / len(common)) if any(noise) \
+            else -math.log(1 - FIXED_MARGIN)
+        if statistics.median(ratios) > margin:
+            return True
+    return False
 
 
 def device_batches(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...], batch: int) -> dict[str, int]:
-    """Per-device batch sizes: equal, or balanced so that every member's step takes as long."""
+    """Per-device batch sizes: equal, or balanced (Ji et al. 2019) so that every device's step
+    takes as long, the total kept at `batch` per device: inside a synchronous group its members
+    finish together, and across asynchronous groups each group updates as often."""
+    devices = [d for g in groups for d in g]
     if not variant.balanced:
-        return {d: batch for g in groups for d in g}
-    out = {}
-    for group in groups:
-        # t_d(b) near the nominal batch, as a line through t_d(b/2) and t_d(2b).
+        return {d: batch for d in devices}
+    alpha, beta = zip(*(step_line(perf.compute[d], batch) for d in devices))
+    return dict(zip(devices, equal_time_batches(list(alpha), list(beta), batch * len(devices))))
+
+
+def step_line(compute, batch: int) -> tuple[float, float]:
+    """t_d(b) = alpha + beta b near the nominal batch: least squares (relative error, both terms
+    at least 0) over the profile's batch sizes within 4× of it, through the step at the batch
+    itself. Bumpy measurements can give a line through two points a slope near zero, and then
+    a device's balanced share runs away; the slope is kept at a tenth of the step's mean per
+    sample or more."""
+    near = (compute.batches >= batch / 4) & (compute.batches <= batch * 4)
+    t = float(compute(batch))
+    if near.sum() >= 2:
+        slope = Linear.fit(compute.batches[near], compute.seconds[near]).slope
+    else:
         lo, hi = max(batch / 2, 1.0), 2.0 * batch
-        beta = [max(float(perf.compute[d](hi) - perf.compute[d](lo)) / (hi - lo), 1e-12) for d in group]
-        alpha = [max(float(perf.compute[d](batch)) - b * batch, 0.0) for d, b in zip(group, beta)]
-        out.update(zip(group, equal_time_batches(alpha, beta, batch * len(group))))
-    return out
+        slope = float(compute(hi) - compute(lo)) / (hi - lo)
+    slope = max(slope, 0.1 * t / batch)
+    return max(t - slope * batch, 0.0), slope
 
 
 def measured_staleness(profile: Profile, layout: str, variant: Variant, batch: int) -> tuple[int, ...]:
@@ -660,9 +770,13 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
         scored = [best] + [s for s in scored if s is not best]
     c = best.config
     cluster = profile.cluster
+    perf = PerfModel.from_profile(profile)
+    if not simulated_cluster and hardware_model == ANALYTIC and sum(map(len, c.groups)) > 1 \
+            and (c.layout, c.variant.key, len(c.groups)) not in perf.calibration:
+        hardware_model = SIMULATED        # no calibration job timed this shape: `profiled` simulated it
     spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=device_batches(PerfModel.from_profile(profile), c.variant, c.groups, c.batch),
+                   batch_size=device_batches(perf, c.variant, c.groups, c.batch),
                    lr=c.lr, momentum=c.momentum,
                    seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)
@@ -672,4 +786,5 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
                               tuple((float(i), float(a)) for i, a in best.probe.curve)),
         candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning,
-        hardware_model=SIMULATED if simulated_cluster else hardware_model, simulated_cluster=simulated_cluster)
+        hardware_model=SIMULATED if simulated_cluster else hardware_model, simulated_cluster=simulated_cluster,
+        idle=dict(c.idle))

@@ -8,7 +8,7 @@ fields beside the plan's) still load.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omnitune import protocols
 from omnitune.cluster import Device
@@ -86,6 +86,7 @@ class Plan:
     planning: Planning | None = None           # None in plans written before planning was recorded
     hardware_model: str = ANALYTIC             # which model predicted seconds per iteration
     simulated_cluster: str = ""                # a fleet's node types and counts; "" for real nodes
+    idle: dict[str, str] = field(default_factory=dict)   # devices of the layout left out, and why
 
     def __post_init__(self):
         if self.spec.target_accuracy is None:

@@ -88,10 +88,14 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
                           p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
         calibration = by_rank[0]["calibration"]
+    alike: dict[tuple, list[StepTiming]] = {}     # devices outside that layout, alike, are measured once
     for device in cluster.devices:
         if device.id not in devices:
-            progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
-            devices[device.id] = device_profile(device.id, measure_alone(wl, train, device, settings), False)
+            key = (device.kind, device.host, device.threads, device.emulated_slowdown)
+            if key not in alike:
+                progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
+                alike[key] = measure_alone(wl, train, device, settings)
+            devices[device.id] = device_profile(device.id, alike[key], False)
     return Profile(
         schema_version=PROFILE_SCHEMA, workload=workload_spec,
         model_params=sum(p.numel() for p in model.parameters()),

@@ -44,9 +44,33 @@ class Costs:
 
 
 def split(device_ids: tuple[str, ...], g: int) -> tuple[tuple[str, ...], ...]:
-    """g groups of equal size (Omnivore), consecutive devices together."""
-    k = len(device_ids) // g
-    return tuple(tuple(device_ids[i * k:(i + 1) * k]) for i in range(g))
+    """g groups of sizes as equal as they can be (Omnivore: equal), consecutive devices together
+    (on a cluster of several nodes, a group stays on its node where it can); larger groups first."""
+    k, extra = divmod(len(device_ids), g)
+    starts = [i * k + min(i, extra) for i in range(g + 1)]
+    return tuple(tuple(device_ids[a:b]) for a, b in zip(starts, starts[1:]))
+
+
+def by_speed(device_ids: tuple[str, ...], speeds: dict[str, float], g: int, balanced: bool) \
+        -> tuple[tuple[str, ...], ...]:
+    """g groups of devices of unequal speed. With equal batches a group steps at its slowest
+    member's pace, so devices of like speed go together (consecutive in order of speed, fastest
+    first). With balanced batches a group's speed is its members' sum, so each device, fastest
+    first, joins the group with the least speed so far (the fewest members on a tie): groups of
+    near-equal speed, however many members that takes."""
+    order = sorted(device_ids, key=lambda d: -speeds[d])
+    if not balanced:
+        return split(tuple(order), g)
+    groups: list[list[str]] = [[] for _ in range(g)]
+    for d in order:
+        min(groups, key=lambda m: (sum(speeds[x] for x in m), len(m))).append(d)
+    return tuple(tuple(m) for m in groups)
+
+
+def sample_weights(batches: list[int]) -> list[float]:
+    """Each replica's share of an average weighted by the samples it trained on (hpsgd's merged
+    change, a gossip pair's mean): equal for equal batches."""
+    return [b / sum(batches) for b in batches]
 
 
 def _server_rate(c: Costs, per_update: int) -> float:
@@ -158,8 +182,9 @@ class Variant:
         return None
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
-        """This protocol's variants on n devices (unbalanced)."""
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
+        """This protocol's variants on n devices (unbalanced); on devices of unequal speed, also
+        those whose groups must differ in size."""
         raise NotImplementedError
 
 
@@ -173,7 +198,7 @@ class Sync(Variant):
         return c.group_steps[0]
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
         return [cls()]
 
 
@@ -209,8 +234,10 @@ class Groups(Variant):
         return Groups(g=g, balanced=self.balanced) if g > 1 else Sync(balanced=self.balanced)
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
-        return [cls(g=g) for g in range(2, n_devices + 1) if n_devices % g == 0]
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
+        """Every g that splits the devices evenly; on devices of unequal speed every g, since
+        groups formed by speed differ in size anyway."""
+        return [cls(g=g) for g in range(2, n_devices + 1) if heterogeneous or n_devices % g == 0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +292,7 @@ class SoftSync(Variant):
         return replace(self, n=self.n // 2) if self.n > 1 else None
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
         if n_devices < 2:
             return []
         return [cls(learners=n_devices, n=k) for k in sorted({1, max(1, n_devices // 2), n_devices})]
@@ -289,7 +316,7 @@ class HPSGD(Variant):
         return Sync(balanced=self.balanced)
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
         return [cls()] if n_devices >= 2 else []
 
 
@@ -316,7 +343,7 @@ class Gossip(Variant):
         return replace(self, every=self.every // 2) if self.every > 1 else None
 
     @classmethod
-    def admitted(cls, n_devices: int) -> list[Variant]:
+    def admitted(cls, n_devices: int, heterogeneous: bool = False) -> list[Variant]:
         return [cls(every=e) for e in GOSSIP_PERIODS] if n_devices >= 2 else []
 
 
@@ -334,13 +361,14 @@ NAMES = tuple(Variant.kinds())
 
 
 def admitted(n_devices: int, names: tuple[str, ...] = NAMES, heterogeneous: bool = False) -> list[Variant]:
-    """The variants n devices admit, for the protocols named; on devices of unequal speed each
-    variant whose groups hold several devices also comes balanced, right after it."""
+    """The variants n devices admit, for the protocols named; on devices of unequal speed every
+    variant also comes balanced, right after it (Ji et al.: batches from measured speed, within a
+    group and across asynchronous groups alike)."""
     out: list[Variant] = []
     for name in names:
-        for v in Variant.kinds()[name].admitted(n_devices):
+        for v in Variant.kinds()[name].admitted(n_devices, heterogeneous):
             out.append(v)
-            if heterogeneous and n_devices // v.groups > 1:
+            if heterogeneous and n_devices > 1:
                 out.append(replace(v, balanced=True))
     return out
 

@@ -13,6 +13,14 @@ def test_local_cluster_offers_both_layouts():
     assert set(c.hosts) == {"127.0.0.1"}
 
 
+def test_threads_per_worker_between_one_per_core_and_one_on_all():
+    c = local_cluster(cpu_count=16, cuda_count=1)
+    assert list(c.layouts) == ["one-per-core", "8-workers", "4-workers", "2-workers", "one-worker"]
+    assert c.layouts["4-workers"] == ("cpu4x0", "cpu4x1", "cpu4x2", "cpu4x3", "cuda0")
+    assert {c.device(d).threads for d in c.layouts["4-workers"][:4]} == {4}
+    assert list(local_cluster(cpu_count=2, cuda_count=0).layouts) == ["one-per-core", "one-worker"]
+
+
 def test_single_core_machine_has_one_layout():
     assert list(local_cluster(cpu_count=1, cuda_count=0).layouts) == ["one-per-core"]
 

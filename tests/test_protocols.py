@@ -18,10 +18,12 @@ def test_the_variants_n_devices_admit():
     assert labels == [("sync", 1), ("groups", 2), ("groups", 4), ("softsync (n=1)", 4), ("softsync (n=2)", 4),
                       ("softsync (n=4)", 4), ("hpsgd", 1), ("gossip (every=1)", 1), ("gossip (every=4)", 1)]
     assert [v.label for v in protocols.admitted(1)] == ["sync"]       # nothing to be asynchronous with
-    # Unequal speeds: balanced batches where a group holds several devices, never for one-device groups.
-    balanced = [v.label for v in protocols.admitted(4, heterogeneous=True) if v.balanced]
-    assert balanced == ["sync (balanced)", "groups (balanced)", "hpsgd (balanced)", "gossip (every=1, balanced)",
-                        "gossip (every=4, balanced)"]
+    # Unequal speeds: every variant also balanced (across asynchronous groups too), and every g,
+    # since groups formed by speed differ in size anyway.
+    het = [(v.label, v.groups) for v in protocols.admitted(4, heterogeneous=True)]
+    assert het[:8] == [("sync", 1), ("sync (balanced)", 1), ("groups", 2), ("groups (balanced)", 2), ("groups", 3),
+                       ("groups (balanced)", 3), ("groups", 4), ("groups (balanced)", 4)]
+    assert len(het) == 2 * (len(labels) + 1)
     assert [v.label for v in protocols.admitted(4, ("groups",))] == ["groups", "groups"]
 
 
@@ -86,8 +88,9 @@ def test_ladders_order_each_protocol_by_asynchrony():
     root, ladders = protocols.ladders(protocols.admitted(4, heterogeneous=True))
     assert root == [Sync(), Sync(balanced=True)]
     labels = [[[v.label for v in rung] for rung in ladder] for ladder in ladders]
-    assert labels[0] == [["groups", "groups (balanced)"], ["groups"]]
-    assert [[v.n for v in rung] for rung in ladders[1]] == [[1], [2], [4]]
+    assert labels[0] == [["groups", "groups (balanced)"]] * 3          # g = 2, 3, 4
+    assert [[v.groups for v in rung] for rung in ladders[0]] == [[2, 2], [3, 3], [4, 4]]
+    assert [[v.n for v in rung] for rung in ladders[1]] == [[1, 1], [2, 2], [4, 4]]
     assert labels[2] == [["hpsgd", "hpsgd (balanced)"]] and len(labels[3][0]) == 4
 
 

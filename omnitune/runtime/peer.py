@@ -24,6 +24,7 @@ import itertools
 import torch
 import torch.distributed as dist
 
+from omnitune import protocols
 from omnitune.protocols import matching
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
@@ -43,6 +44,8 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
     work, stop, iterations, sent_at = None, 0.0, ctx.start.iteration, 0
     overlapped = syncs = 0
     n = len(role.group_ranks)
+    # The merged change is the replicas' mean weighted by their samples (equal batches: plain mean).
+    weight = n * protocols.sample_weights(shard_batches(spec))[role.shard]
     for x, y in batches(ctx.train, role.batch_size, spec.seed + iterations, role.shard, len(spec.devices)):
         loss = ctx.compute_grads(x, y)
         opt.step()                                              # committed to the replica L
@@ -63,7 +66,7 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
                 if monitor.due(iterations):
                     set_state(shadow, G)
                 stop = float(monitor.check(shadow, iterations))
-        msg[:S] = L - G
+        msg[:S] = (L - G) * weight
         msg[S], msg[S + 1], msg[S + 2] = loss, 1.0, stop
         sent_from, sent_at = L, iterations
         work = dist.all_reduce(msg, group=group, async_op=True)
@@ -122,7 +125,8 @@ def train_gossip(ctx: Context, group) -> dict | None:
             partner = matching(round_, n, spec.seed)[me]
             round_ += 1
             if partner >= 0:
-                average_with(model, ranks[partner], mine, theirs)
+                average_with(model, ranks[partner], mine, theirs,
+                             protocols.sample_weights([role.batch_size, shard_batches(spec)[partner]])[0])
                 exchanges[partner] = exchanges.get(partner, 0) + 1
                 ctx.staleness[iterations - last_averaged] += 1      # local steps this state drifted alone
                 last_averaged = iterations
@@ -139,13 +143,20 @@ def train_gossip(ctx: Context, group) -> dict | None:
     return None
 
 
-def average_with(model: torch.nn.Module, peer: int, mine: torch.Tensor, theirs: torch.Tensor) -> None:
-    """Pull: each of a pair sends its state and takes the mean of both."""
+def shard_batches(spec) -> list[int]:
+    """Each worker's batch, in the order of its shard (the ranks' order: group by group)."""
+    return [spec.batch_size[d] for g in spec.groups for d in g]
+
+
+def average_with(model: torch.nn.Module, peer: int, mine: torch.Tensor, theirs: torch.Tensor,
+                 share: float = 0.5) -> None:
+    """Pull: each of a pair sends its state and takes the mean of both, its own weighted by
+    `share` (its samples' share of the pair's: both reach the same mean)."""
     get_state(model, mine)
     reqs = [dist.isend(mine, dst=peer), dist.irecv(theirs, src=peer)]
     for r in reqs:
         r.wait()
-    set_state(model, (mine + theirs) / 2)
+    set_state(model, share * mine + (1 - share) * theirs)
 
 
 def disagreement(model: torch.nn.Module, group) -> dict:

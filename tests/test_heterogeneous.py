@@ -1,0 +1,160 @@
+"""Devices of unequal speed: the noise margin, subsets pruned by the hardware model, groups formed
+by speed, balanced batches across asynchronous groups, and averages weighted by samples. Pure,
+but for one real run."""
+
+import dataclasses
+import math
+
+import pytest
+
+from omnitune import optimizer, protocols
+from omnitune.perfmodel import PerfModel
+from omnitune.plan import Planning
+from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
+from omnitune.statmodel import ProbeResult
+from tests.conftest import many_workers_profile
+
+
+def slowed(sample, tmp_path, factors, spread=0.05, wobble=0.0):
+    """n one-thread workers measured as the sample's cpu0 with each step `factors[i]` times longer,
+    the repeats' spread `spread`; `wobble` moves alternate batch sizes up and down (noise between
+    identical devices)."""
+    prof = many_workers_profile(sample, len(factors), tmp_path)
+
+    def scaled(step, f, k):
+        f *= math.exp(wobble * (-1) ** k)
+        return dataclasses.replace(step, sec_per_step=step.sec_per_step * f, samples_per_s=step.samples_per_s / f,
+                                   spread=spread)
+    devices = tuple(dataclasses.replace(d, steps=tuple(scaled(s, f, k + i) for k, s in enumerate(d.steps)))
+                    for i, (d, f) in enumerate(zip(prof.devices, factors)))
+    return dataclasses.replace(prof, devices=devices)
+
+
+def ids(n):
+    return tuple(f"cpu{i}" for i in range(n))
+
+
+def test_unequal_speed_is_declared_beyond_the_noise_of_the_repeats(sample_profile, tmp_path):
+    # Identical devices whose measurements wobble 12% either way across batch sizes: noise.
+    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1], spread=0.15, wobble=0.12), ids(2))
+    # A device 1.5× slower, measured with the same noise: real.
+    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.5], spread=0.15), ids(2))
+    # 5% apart with tight repeats is real too; with loose ones it is not.
+    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.01), ids(2))
+    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.2), ids(2))
+    # Profiles without spreads (schema 1-2): a fixed 10%.
+    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.0), ids(2))
+    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.2], spread=0.0), ids(2))
+
+
+def layouts(setups):
+    return {s.layout: dict(s.idle) for s in setups}
+
+
+@pytest.mark.parametrize("factors, expected", [
+    ([1, 4], {"cluster": set(), "cluster less cpu1": {"cpu1"}}),
+    ([1, 1, 6], {"cluster": set(), "cluster less cpu2": {"cpu2"}}),
+    ([1, 1.5], {"cluster": set()}),
+    ([1, 1, 1], {"cluster": set()}),
+])
+def test_a_device_is_left_out_only_where_the_hardware_model_runs_faster_without_it(
+        sample_profile, tmp_path, factors, expected):
+    prof = slowed(sample_profile, tmp_path, factors)
+    found = layouts(optimizer.enumerate_setups(prof, optimizer.Space(batch_sizes=(16, 32, 64))))
+    assert {name: set(idle) for name, idle in found.items()} == expected
+    for name, idle in found.items():
+        assert all("samples per second without it" in why for why in idle.values())
+
+
+def test_cpus_beside_a_gpu_also_come_alone(sample_profile, tmp_path):
+    prof = slowed(sample_profile, tmp_path, [1, 1, 0.1])
+    gpu = dataclasses.replace(prof.cluster.devices[2], id="cuda0", kind="cuda", cuda_index=0)
+    cluster = dataclasses.replace(prof.cluster, devices=prof.cluster.devices[:2] + (gpu,),
+                                  layouts={"cluster": ("cpu0", "cpu1", "cuda0")})
+    prof = dataclasses.replace(prof, cluster=cluster,
+                               devices=prof.devices[:2] + (dataclasses.replace(prof.devices[2], device_id="cuda0"),))
+    found = layouts(optimizer.enumerate_setups(prof, optimizer.Space(batch_sizes=(32,))))
+    assert set(found["cluster: cuda only"]) == {"cpu0", "cpu1"} and set(found["cluster: cpu only"]) == {"cuda0"}
+    assert "cluster" in found
+
+
+def test_groups_are_formed_by_speed_and_may_differ_in_size():
+    speed = {"a": 4.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0}
+    # Equal batches: like speeds together, so a slow device holds back only its own group.
+    assert protocols.by_speed(("b", "a", "c", "d", "e"), speed, 2, balanced=False) == (("a", "b", "c"), ("d", "e"))
+    # Balanced batches: groups of near-equal summed speed, however many members that takes.
+    assert protocols.by_speed(("b", "c", "d", "e", "a"), speed, 2, balanced=True) == (("a",), ("b", "c", "d", "e"))
+    assert protocols.split(("a", "b", "c"), 2) == (("a", "b"), ("c",))
+    Groups(g=2).validate((3, 2))
+
+
+def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
+    """Groups of a 4× slower device: the fast group sends about 4 gradients per slow one, so the
+    staleness the probes replay is not g - 1 = 1 throughout, as it is for equal groups: mostly 0
+    (the fast group's, with no update between), and about 4 for the slow one's. The mean stays
+    g - 1 (every update ages the other groups' gradients in flight by one)."""
+    het = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 4]),
+                                     optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
+    same = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1]),
+                                      optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
+    plain = next(s for s in het if s.layout == "cluster" and not s.variant.balanced)
+    balanced = next(s for s in het if s.layout == "cluster" and s.variant.balanced)
+
+    def mean(h):
+        return sum(k * n for k, n in enumerate(h)) / sum(h)
+    assert same[0].staleness[1] >= 0.9 * sum(same[0].staleness)
+    assert plain.staleness[0] > 0.4 * sum(plain.staleness) and sum(plain.staleness[3:]) > 0.15 * sum(plain.staleness)
+    assert mean(plain.staleness) == pytest.approx(1.0, abs=0.2)
+    # Balanced: each group's step takes as long, so the fast device gets the larger batch and the
+    # two take turns again.
+    assert balanced.batches[0][0] > 2 * balanced.batches[1][0] and sum(map(sum, balanced.batches)) == 64
+    assert balanced.staleness[1] > 0.6 * sum(balanced.staleness)
+
+
+@pytest.mark.parametrize("variant", [Groups(g=2, balanced=True), SoftSync(learners=2, n=2, balanced=True),
+                                     HPSGD(balanced=True), Gossip(balanced=True), Sync(balanced=True)])
+def test_balanced_batches_apply_in_every_protocol(sample_profile, tmp_path, variant):
+    perf = PerfModel.from_profile(slowed(sample_profile, tmp_path, [1, 3]))
+    groups = variant.group(ids(2))
+    b = optimizer.device_batches(perf, variant, groups, 32)
+    assert b["cpu0"] > 2 * b["cpu1"] and sum(b.values()) == 64
+
+
+def test_averages_are_weighted_by_samples():
+    assert protocols.sample_weights([48, 16]) == [0.75, 0.25]
+    assert protocols.sample_weights([32, 32]) == [0.5, 0.5]
+
+
+def test_the_plan_names_its_idle_devices(sample_profile, tmp_path):
+    prof = slowed(sample_profile, tmp_path, [1, 1, 6])
+    setups = optimizer.enumerate_setups(prof, optimizer.Space(protocols=("sync",), batch_sizes=(32,)))
+    s = next(s for s in setups if s.idle)
+    probe = ProbeResult(s.probe(0.1, 0.9), 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
+    found = optimizer.Search([optimizer.Scored(s.config(0.1, 0.9), s.sec_per_iter, probe)],
+                             Planning(1.0, 1, 10.0, True, "test"))
+    plan = optimizer.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    assert plan.spec.device_ids == ("cpu0", "cpu1") and set(plan.idle) == {"cpu2"}
+    assert "samples per second without it" in plan.idle["cpu2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol, groups, batches", [
+    # Unequal groups formed by speed (two fast devices, then the 3× slower one), batches balanced
+    # across the asynchronous groups: every device's step takes about as long.
+    ("groups", [["cpu0", "cpu1"], ["cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
+    # Replicas on unequal batches: the merged change and the pairs' means weighted by samples.
+    ("hpsgd", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
+    ("gossip", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
+])
+def test_a_real_run_of_unequal_groups_and_balanced_batches(tmp_path, protocol, groups, batches):
+    """gloo processes on this machine, the slow device emulated 3× slower."""
+    from tests.conftest import make_spec
+    from omnitune.runtime import job
+
+    spec = make_spec(protocol, groups, momentum=0.4 if protocol == "groups" else 0.9, target=0.9,
+                     slowdown={"cpu2": 3.0})
+    s = job.run_spec(dataclasses.replace(spec, batch_size=batches), str(tmp_path / "run"), max_time_s=90)
+    assert s.reached_target          # (gossip's final model, a few rounds on, may sit just under it)
+    if protocol == "groups":
+        assert s.processes == 4 and len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
+        assert sum(s.updates_per_group) == s.iterations
