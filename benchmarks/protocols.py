@@ -77,12 +77,18 @@ def protocol_config(prof, name: str, lr: float) -> Config:
                   variant.rule_momentum(optimizer.MU_STAR))
 
 
-def repeated(spec, work: Path, tag: str, seeds, **kw) -> dict:
+def repeated(spec, work: Path, tag: str, seeds, limit_s: float = TIME_LIMIT_S, **kw) -> dict:
     """The spec run once per seed: median time to target (a miss counts as the time limit) and
     the spread, with each run's figures."""
-    runs = [job.run_spec(dataclasses.replace(spec, seed=seed), str(work / f"{tag}-s{seed}"),
-                         max_time_s=TIME_LIMIT_S) for seed in seeds]
-    times = [s.time_to_target_s if s.reached_target else TIME_LIMIT_S for s in runs]
+    runs = [job.run_spec(dataclasses.replace(spec, seed=seed), str(work / f"{tag}-s{seed}"), max_time_s=limit_s)
+            for seed in seeds]
+    return summarise(runs, limit_s, **kw)
+
+
+def summarise(runs, limit_s: float, **kw) -> dict:
+    """Run summaries of one configuration as a row: `kw`, then the median time to target (a miss
+    counts as `limit_s`), the spread and the other figures' medians."""
+    times = [s.time_to_target_s if s.reached_target else limit_s for s in runs]
     return {**kw, "time_to_target_s": statistics.median(times), "times_s": times,
             "spread_s": [min(times), max(times)], "reached_target": [s.reached_target for s in runs],
             "final_accuracy": statistics.median(s.final_accuracy for s in runs),
@@ -90,6 +96,16 @@ def repeated(spec, work: Path, tag: str, seeds, **kw) -> dict:
             "measured_sec_per_iter": statistics.median(s.measured_sec_per_iter for s in runs),
             "iterations": statistics.median(s.iterations for s in runs),
             "protocol_stats": [s.protocol_stats for s in runs]}
+
+
+def make_plan(prof, prof_path: Path, wl_name: str, target: float, quick: bool, work: Path, tag: str):
+    """omnitune's plan for the profiled cluster, as `omnitune plan` makes it (saved in `work`)."""
+    found = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)),
+                             make_prober(workload.load(wl_name), None, target, 0), budget_s=60 if quick else 120)
+    plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
+                                datetime.now(timezone.utc).isoformat())
+    plan_mod.save(plan, work / f"{tag}-plan.json")
+    return plan
 
 
 def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, names=None,
@@ -113,12 +129,7 @@ def bench(wl_name: str, cluster: str, quick: bool, work: Path, slowdown=None, na
                                                            "final_accuracy", "mean_staleness"])
     if not with_plan:
         return rows
-    wl = workload.load(wl_name)
-    found = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)), make_prober(wl, None, target, 0),
-                              budget_s=60 if quick else 120)
-    plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
-                                datetime.now(timezone.utc).isoformat())
-    plan_mod.save(plan, work / f"{wl_name}-{cluster}-plan.json")
+    plan = make_plan(prof, prof_path, wl_name, target, quick, work, f"{wl_name}-{cluster}")
     rows.append(repeated(plan.spec, work, f"{wl_name}-{cluster}-omnitune", seeds,
                          protocol=f"omnitune plan: {plan.spec.variant.label}", cluster=cluster, workload=wl_name,
                          momentum=plan.spec.momentum, lr=plan.spec.lr,

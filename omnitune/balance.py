@@ -34,3 +34,33 @@ def equal_time_batches(alpha: list[float], beta: list[float], total: int) -> lis
     """
     T = (total + sum(a / b for a, b in zip(alpha, beta))) / sum(1 / b for b in beta)
     return apportion([(T - a) / b for a, b in zip(alpha, beta)], total)
+
+
+class GroupBalancer:
+    """Performance-aware batches across asynchronous groups (Ji et al. 2019), as the parameter
+    server sees them: it times each group between two of its gradients (a step and an exchange)
+    and, every `period` updates, gives each group the total batch that makes every group's step
+    take as long, keeping the sum. Each group's line t(b) = alpha + beta * b comes from the last
+    two totals it ran (step_time_line), as a synchronous group's members' do."""
+
+    def __init__(self, totals: dict[int, int], period: int):
+        self.totals, self.period = dict(totals), period
+        self.last: dict[int, float] = {}                           # when each group's last gradient came
+        self.times: dict[int, dict[int, list[float]]] = {g: {} for g in totals}
+
+    def heard(self, group: int, batch: int, now: float) -> None:
+        if group in self.last:
+            self.times[group].setdefault(batch, []).append(now - self.last[group])
+        self.last[group] = now
+
+    def rebalance(self) -> dict[int, int]:
+        """New totals per group, once every group has been timed at its current total."""
+        history = {g: {b: sorted(ts[-20:])[len(ts[-20:]) // 2] for b, ts in self.times[g].items()}
+                   for g in self.totals}
+        if any(self.totals[g] not in history[g] for g in self.totals):
+            return self.totals
+        groups = list(self.totals)
+        lines = [step_time_line(history[g], self.totals[g]) for g in groups]
+        new = equal_time_batches([a for a, _ in lines], [b for _, b in lines], sum(self.totals.values()))
+        self.totals = dict(zip(groups, new))
+        return self.totals

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from omnitune import budget as budget_mod, protocols, simulator, study as study_mod
+from omnitune import budget as budget_mod, perfmodel, protocols, simulator, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
 from omnitune.perfmodel import Linear, PerfModel, Shape
@@ -61,8 +61,6 @@ RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at e
 # fraction of both the best loss and the best's progress from the untrained loss is a tie, which
 # goes to the larger effective learning rate.
 LOSS_TIE = 0.10
-NOISE_Z = 3.0         # devices differ in speed when their throughputs differ by this many standard errors
-FIXED_MARGIN = 0.10   # or, for profiles without the repeats' spread, by this fraction
 
 
 @dataclass(frozen=True)
@@ -266,28 +264,13 @@ def eval_cost(setups: list[Setup]) -> float:
     return budget_mod.PROBE_TEST * per_sample / 2
 
 
-def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = NOISE_Z) -> bool:
-    """Whether some device is slower than the fastest beyond the profile's noise. Against the
-    fastest (by best throughput), the median over common batch sizes of the log throughput ratio
-    must exceed z standard errors of it, taken from the spread of the profile's repeats (the
-    median of the pair's summed variances, over the number of batch sizes). Two identical cores
-    measured 15% apart at their best batch here, and their ratios changed sign across batches.
-    Profiles that did not record spreads (schema 1-2) fall back to a fixed FIXED_MARGIN."""
+def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = perfmodel.NOISE_Z) -> bool:
+    """Whether some device is slower than the fastest (by best throughput) beyond the profile's
+    noise (perfmodel.slower)."""
     if len(devices) < 2:
         return False
-    steps = {d: {s.batch_size: s for s in profile.device(d).steps} for d in devices}
     fastest = max(devices, key=lambda d: profile.device(d).best.samples_per_s)
-    for d in devices:
-        common = sorted(set(steps[d]) & set(steps[fastest]))
-        if d == fastest or not common:
-            continue
-        ratios = [math.log(steps[fastest][b].samples_per_s / steps[d][b].samples_per_s) for b in common]
-        noise = [steps[fastest][b].spread ** 2 + steps[d][b].spread ** 2 for b in common]
-        margin = z * math.sqrt(statistics.median(noise) / len(common)) if any(noise) \
-            else -math.log(1 - FIXED_MARGIN)
-        if statistics.median(ratios) > margin:
-            return True
-    return False
+    return any(perfmodel.slower(profile.device(fastest), profile.device(d), z) for d in devices if d != fastest)
 
 
 def device_batches(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...], batch: int) -> dict[str, int]:

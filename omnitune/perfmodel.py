@@ -22,6 +22,8 @@ where such measurements exist. Pure: no processes, files or environment reads.
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -85,6 +87,56 @@ class ComputeModel:
         return np.where(b > self.batches[-1], beyond, inside)
 
 
+NOISE_Z = 3.0         # devices differ in speed when their throughputs differ by this many standard errors
+FIXED_MARGIN = 0.10   # or, for profiles without the repeats' spread, by this fraction
+
+
+def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> bool:
+    """Whether `other` is slower than `fast` beyond the profile's noise: the median over common
+    batch sizes of the log throughput ratio against z standard errors of it, taken from the
+    spread of the repeats (the median of the pair's summed variances, over the number of batch
+    sizes). Two identical cores measured 15% apart at their best batch here, and their ratio
+    changed sign across batches. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
+    a, b = ({s.batch_size: s for s in d.steps} for d in (fast, other))
+    common = sorted(set(a) & set(b))
+    if not common:
+        return False
+    ratios = [math.log(a[k].samples_per_s / b[k].samples_per_s) for k in common]
+    noise = [a[k].spread ** 2 + b[k].spread ** 2 for k in common]
+    margin = z * math.sqrt(statistics.median(noise) / len(common)) if any(noise) else -math.log(1 - FIXED_MARGIN)
+    return statistics.median(ratios) > margin
+
+
+def alike(x: DeviceProfile, y: DeviceProfile) -> bool:
+    """Neither measurably slower than the other."""
+    return not slower(x, y) and not slower(y, x)
+
+
+def pooled(devices: list[DeviceProfile]) -> dict[str, ComputeModel]:
+    """Each device's t_d(b), devices alike within the profile's noise sharing one: the geometric
+    mean of their steps at each batch size all of them measured. Otherwise noise alone would give
+    identical devices unequal balanced batches (22 and 42 of 64 here, on two identical cores)."""
+    classes: list[list[DeviceProfile]] = []
+    for d in devices:
+        mine = next((c for c in classes if alike(c[0], d)), None)
+        if mine is None:
+            classes.append([d])
+        else:
+            mine.append(d)
+    out = {}
+    for c in classes:
+        common = set.intersection(*({s.batch_size for s in d.steps} for d in c))
+        for d in c:
+            own = ComputeModel.from_profile(d)
+            if len(c) > 1 and len(common) >= 2:
+                models = [ComputeModel.from_profile(x) for x in c]
+                batches = np.array(sorted(common), float)
+                seconds = np.exp(np.mean([np.log(m(batches)) for m in models], axis=0))
+                own = ComputeModel(batches, seconds)
+            out[d.device_id] = own
+    return out
+
+
 @dataclass(frozen=True)
 class NetworkModel:
     allreduce: dict[int, Linear]    # A_k for each profiled group size k
@@ -140,8 +192,7 @@ class PerfModel:
 
     @classmethod
     def from_profile(cls, profile: Profile) -> "PerfModel":
-        analytic = cls({d.device_id: ComputeModel.from_profile(d) for d in profile.devices},
-                       NetworkModel.from_profile(profile.network), profile.model_bytes)
+        analytic = cls(pooled(list(profile.devices)), NetworkModel.from_profile(profile.network), profile.model_bytes)
         return replace(analytic, calibration=analytic.fit_calibration(profile))
 
     def fit_calibration(self, profile: Profile) -> dict[CalibrationKey, Linear]:

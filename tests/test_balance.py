@@ -24,3 +24,25 @@ def test_equal_time_batches_even_out_step_times():
     assert sum(b) == 64 and b[0] > b[1]
     times = [a + s * x for a, s, x in zip(alpha, beta, b)]
     assert abs(times[0] - times[1]) < 3e-4               # within one sample's time of each other
+
+
+def test_the_server_balances_asynchronous_groups_by_their_measured_pace():
+    """Two groups sending gradients at 1 and 4 ms per sample: after one period at 32 each, the
+    fast group gets four times the slow one's batch (total kept), and after a second period,
+    timed at the new batches, it stays there."""
+    from omnitune.balance import GroupBalancer
+    bal = GroupBalancer({1: 32, 2: 32}, period=10)
+    per_sample = {1: 1e-3, 2: 4e-3}
+
+    def run(updates):
+        clock = {g: 0.0 for g in per_sample}
+        for _ in range(updates):
+            for g, s in per_sample.items():
+                clock[g] += 1e-3 + s * bal.totals[g]          # 1 ms of exchange, then the step
+                bal.heard(g, bal.totals[g], clock[g])
+    assert bal.rebalance() == {1: 32, 2: 32}                 # not timed yet: unchanged
+    run(10)
+    first = bal.rebalance()
+    assert sum(first.values()) == 64 and first[1] == pytest.approx(4 * first[2], rel=0.15)
+    run(10)
+    assert bal.rebalance() == pytest.approx(first, abs=2)

@@ -120,6 +120,14 @@ def test_balanced_batches_apply_in_every_protocol(sample_profile, tmp_path, vari
     assert b["cpu0"] > 2 * b["cpu1"] and sum(b.values()) == 64
 
 
+def test_devices_alike_within_the_noise_get_equal_balanced_batches(sample_profile, tmp_path):
+    """Two identical cores whose measurements wobble 12% either way, beside one 6× slower: the two
+    share one step model (perfmodel.pooled), so balancing splits evenly between them."""
+    prof = slowed(sample_profile, tmp_path, [1, 1, 6], spread=0.15, wobble=0.12)
+    b = optimizer.device_batches(PerfModel.from_profile(prof), Sync(balanced=True), (ids(3),), 32)
+    assert abs(b["cpu0"] - b["cpu1"]) <= 1 and b["cpu2"] < b["cpu0"] / 3
+
+
 def test_averages_are_weighted_by_samples():
     assert protocols.sample_weights([48, 16]) == [0.75, 0.25]
     assert protocols.sample_weights([32, 32]) == [0.5, 0.5]
@@ -158,3 +166,18 @@ def test_a_real_run_of_unequal_groups_and_balanced_batches(tmp_path, protocol, g
     if protocol == "groups":
         assert s.processes == 4 and len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
         assert sum(s.updates_per_group) == s.iterations
+
+
+@pytest.mark.slow
+def test_the_server_rebalances_asynchronous_groups_during_a_real_run(tmp_path):
+    """Two one-device groups with balanced batches, started equal (32 each), the second device
+    emulated 3× slower: the server times them and moves batch to the fast one as they train."""
+    from tests.conftest import make_spec
+    from omnitune.runtime import job
+
+    spec = make_spec("groups", [["cpu0"], ["cpu1"]], momentum=0.4, target=0.95, rebalance=True,
+                     slowdown={"cpu1": 3.0})
+    s = job.run_spec(spec, str(tmp_path / "run"), max_time_s=60)
+    stats = s.protocol_stats
+    assert stats["batch_group0"] > 1.5 * stats["batch_group1"], stats
+    assert stats["batch_group0"] + stats["batch_group1"] == 64

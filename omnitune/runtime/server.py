@@ -2,9 +2,11 @@
 model, updated as gradients arrive.
 
 Every message from a leader is [gradient | change of BatchNorm statistics | loss | batch | clock
-of the weights it used]; the server answers [weights | statistics | stop | its clock]. The
-arithmetic lives in `ParameterServer`, which a test drives in-process; `serve` only moves
-messages.
+of the weights it used]; the server answers [weights | statistics | stop | its clock | the group's
+batch]. The arithmetic lives in `ParameterServer`, which a test drives in-process; `serve` only
+moves messages. With balanced batches, `serve` also times each group between its gradients and
+re-sets the groups' total batches so that each takes as long (balance.GroupBalancer, Ji et al.);
+the answer's last entry carries the group's new total (0: unchanged).
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
+from omnitune.balance import GroupBalancer
 from omnitune.protocols import Variant
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params, set_buffers, set_grads
 from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.topology import group_ranks
+
+
+REBALANCE_EVERY = 10      # balanced groups: re-set their batches every this many gradients per group
 
 
 class ParameterServer:
@@ -108,7 +114,9 @@ def serve(ctx: Context) -> dict:
     ps = ParameterServer(model, opt, spec.variant)
     leaders = [r[0] for r in group_ranks(spec)]
     received = dict.fromkeys(leaders, 0)
-    msg, reply = torch.zeros(ps.P + ps.B + 3), torch.zeros(ps.P + ps.B + 2)
+    balancer = GroupBalancer({r: sum(spec.batch_size[d] for d in g) for r, g in zip(leaders, spec.groups)},
+                             REBALANCE_EVERY * len(leaders)) if spec.variant.balanced and len(leaders) > 1 else None
+    msg, reply = torch.zeros(ps.P + ps.B + 3), torch.zeros(ps.P + ps.B + 3)
     monitor = ctx.new_monitor(opt)
     stopping, done = False, set()
     live = Liveness(leaders, ctx.job.timeout_s)
@@ -116,20 +124,27 @@ def serve(ctx: Context) -> dict:
         src = dist.recv(msg)                       # from whichever leader is ready first
         live.heard_from(src)
         if stopping:
-            dist.send(ps.reply(reply, True), dst=src)
+            ps.reply(reply[:-1], True)
+            reply[-1] = 0
+            dist.send(reply, dst=src)
             done.add(src)
             live.forget([src])
             continue
         ps.receive(msg, src)
         received[src] += 1
+        if balancer:
+            balancer.heard(src, round(float(msg[ps.P + ps.B + 1])), time.monotonic())
+            if sum(received.values()) % balancer.period == 0:
+                balancer.rebalance()
         monitor.record_loss(float(msg[ps.P + ps.B]))
         if not ps.ready(len(leaders) - len(done)):
             continue
         waiting = ps.update()
         ctx.tick()
         stopping = monitor.check(model, ctx.start.iteration + ps.clock)
-        ps.reply(reply, stopping)
+        ps.reply(reply[:-1], stopping)
         for dst in waiting:
+            reply[-1] = balancer.totals[dst] if balancer else 0
             dist.send(reply, dst=dst)
         if stopping:
             done.update(waiting)
@@ -137,4 +152,6 @@ def serve(ctx: Context) -> dict:
     ctx.staleness.update(ps.staleness)
     gradients = max(sum(received.values()), 1)
     stats = {"gradients_per_update": ps.per_update, "mean_lr_scale": ps.scale_sum / gradients}
+    if balancer:
+        stats.update({f"batch_group{i}": float(balancer.totals[r]) for i, r in enumerate(leaders)})
     return ctx.finish(monitor, opt, ctx.start.iteration + ps.clock, [received[r] for r in leaders], stats=stats)

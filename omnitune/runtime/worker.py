@@ -1,5 +1,7 @@
 """The workers' training loops for synchronous groups: `sync`, and the members of the groups that
-update a parameter server (`groups`, `softsync`).
+update a parameter server (`groups`, `softsync`). Balanced batches are re-set inside a group once
+per epoch (`rebalance`) and, across asynchronous groups, by the server (its reply carries the
+group's new total; each member keeps its share of it).
 
 Within a group, members compute their share of one minibatch and all-reduce the gradients
 (weighted by their batch sizes, so unequal batches average correctly), and with them their
@@ -37,6 +39,11 @@ class Batches:
         # A resumed job draws a fresh data order rather than replaying the first epoch's.
         spec, role = self.ctx.spec, self.ctx.role
         return batches(self.ctx.train, self.size, spec.seed + iterations, role.shard, len(spec.devices))
+
+    def resize(self, size: int, iterations: int) -> None:
+        """Take another batch size from here on (the server re-balanced the groups)."""
+        if size != self.size:
+            self.size, self.stream = size, self._stream(iterations)
 
     def next(self, iterations: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.on and iterations > self.first and (iterations - self.first) % self.epoch == 0:
@@ -93,10 +100,12 @@ def train_member(ctx: Context, group) -> dict | None:
     # buf = [weighted gradient (P) | weighted change of BatchNorm statistics since the server's (B)
     #        | weighted loss | batch | clock of the weights used]
     buf = torch.zeros(P + B + 3, device=device)
-    reply = torch.zeros(P + B + 2, device=device)     # [weights (P) | statistics (B) | stop flag | server clock]
+    # [weights (P) | statistics (B) | stop flag | server clock | the group's total batch (0: unchanged)]
+    reply = torch.zeros(P + B + 3, device=device)
     get_buffers(model, reply[P:P + B])               # the server starts from the same statistics
     iterations = ctx.start.iteration
     data = Batches(ctx, group, iterations)
+    assigned = sum(spec.batch_size[d] for d in spec.groups[role.group])     # the group's total batch
     while True:
         x, y = data.next(iterations)
         loss = ctx.compute_grads(x, y)
@@ -110,6 +119,10 @@ def train_member(ctx: Context, group) -> dict | None:
         buf[:P + B + 1].div_(buf[P + B + 1])
         if exchange_with_server(ctx, group, buf, reply, P, B):
             return None
+        total = int(reply[P + B + 2])
+        if total and total != assigned:             # the server re-balanced the groups: keep my share
+            data.resize(max(1, round(data.size * total / float(buf[P + B + 1]))), iterations)
+            assigned = total
 
 
 def exchange_with_server(ctx: Context, group, buf: torch.Tensor, reply: torch.Tensor, P: int, B: int) -> bool:

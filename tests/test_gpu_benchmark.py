@@ -1,0 +1,123 @@
+"""benchmarks.gpu without a GPU: its choice of alternatives on a fake profile with a CUDA device,
+and its refusal to run where there is none."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from benchmarks import gpu
+from benchmarks.common import RESULTS
+from benchmarks.plan_quality import fixed_spec
+from tests.conftest import DATA, ROOT
+
+
+def with_gpus(sample, indices=(0,), one_worker: bool = True):
+    """The sample profile (cpu0, cpu1, cpu-all) plus a CUDA device per index in every layout, as
+    local_cluster lays them out, each measured as cpu0; without the one-worker layout if asked."""
+    gpus = tuple(dataclasses.replace(sample.cluster.device("cpu0"), id=f"cuda{i}", kind="cuda", cuda_index=i,
+                                     threads=1) for i in indices)
+    ids = tuple(d.id for d in gpus)
+    layouts = {name: members + ids for name, members in sample.cluster.layouts.items()
+               if one_worker or name != "one-worker"}
+    cluster = dataclasses.replace(sample.cluster, devices=sample.cluster.devices + gpus, layouts=layouts)
+    devices = sample.devices + tuple(dataclasses.replace(sample.device("cpu0"), device_id=i) for i in ids)
+    calibration = tuple(c for c in sample.calibration if c.layout in layouts)
+    return dataclasses.replace(sample, cluster=cluster, devices=devices, calibration=calibration)
+
+
+def test_the_alternatives_are_the_gpu_the_cpus_and_everything(sample_profile):
+    prof = with_gpus(sample_profile)
+    assert gpu.alternatives(prof) == {"gpu-alone": ("one-per-core", ("cuda0",)),
+                                      "cpus-alone": ("one-worker", ("cpu-all",)),
+                                      "all-devices": ("one-per-core", ("cpu0", "cpu1", "cuda0"))}
+
+
+def test_without_one_worker_the_cpus_are_those_of_one_per_core(sample_profile):
+    prof = with_gpus(sample_profile, one_worker=False)
+    assert gpu.alternatives(prof)["cpus-alone"] == ("one-per-core", ("cpu0", "cpu1"))
+
+
+def test_the_gpu_alone_is_the_first_by_index(sample_profile):
+    prof = with_gpus(sample_profile, indices=(1, 0))
+    found = gpu.alternatives(prof)
+    assert found["gpu-alone"] == ("one-per-core", ("cuda0",))
+    assert found["cpus-alone"] == ("one-worker", ("cpu-all",))
+    assert set(found["all-devices"][1]) == {"cpu0", "cpu1", "cuda0", "cuda1"}
+
+
+def test_no_gpu_in_the_profile_is_an_error(sample_profile):
+    with pytest.raises(ValueError, match="no CUDA device"):
+        gpu.alternatives(sample_profile)
+
+
+def test_the_alternatives_differ_only_in_devices(sample_profile):
+    prof = with_gpus(sample_profile)
+    configs = gpu.alternative_configs(prof, 32, 0.05)
+    assert {(c.batch, c.lr, c.momentum, c.g) for c in configs.values()} == {(32, 0.05, 0.9, 1)}
+    assert [c.variant.balanced for c in configs.values()] == [False, False, True]
+    specs = {name: fixed_spec(prof, "lenet-digits", 0.9, c) for name, c in configs.items()}
+    assert specs["gpu-alone"].batch_size == {"cuda0": 32}
+    assert specs["cpus-alone"].batch_size == {"cpu-all": 32}
+    assert specs["all-devices"].device_ids == ("cpu0", "cpu1", "cuda0")
+    assert sum(specs["all-devices"].batch_size.values()) == 3 * 32
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU it would run the whole benchmark")
+def test_without_a_gpu_it_says_so_and_exits_2():
+    results = [RESULTS / name for name in ("gpu.json", "gpu-quick.json")]
+    before = [p.stat().st_mtime_ns if p.exists() else None for p in results]
+    for args in ([], ["--quick"]):
+        done = subprocess.run([sys.executable, "-m", "benchmarks.gpu", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert done.stderr.strip().splitlines()[-1] == gpu.NO_GPU
+    assert [p.stat().st_mtime_ns if p.exists() else None for p in results] == before
+
+
+def test_the_profile_and_plan_are_recorded_as_json(sample_profile):
+    from omnitune import plan as plan_mod
+
+    facts = gpu.profile_facts(with_gpus(sample_profile), 12.5)
+    assert facts["devices"]["cuda0"]["kind"] == "cuda" and facts["devices"]["cpu-all"]["threads"] == 2
+    assert facts["devices"]["cuda0"]["best_samples_per_s"] == sample_profile.device("cpu0").best.samples_per_s
+    assert facts["wall_s"] == 12.5 and facts["network"]["allreduce"]
+    chosen = gpu.plan_facts(plan_mod.load(DATA / "plan-v1.json"), 3.0)
+    assert chosen["nominal_batch"] >= 1 and chosen["effective_lr"] > 0 and chosen["idle"] == {}
+    json.dumps({"profile": facts, "plan": chosen}, allow_nan=False)
+
+
+def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, monkeypatch, tmp_path):
+    """bench() end to end without a GPU, --quick: the profile, plan and runs replaced by the
+    sample's and by summaries, the GPU's missing its target (it counts as the time limit)."""
+    from types import SimpleNamespace
+
+    from omnitune import plan as plan_mod
+
+    prof = with_gpus(sample_profile)
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
+    monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
+    monkeypatch.setattr(gpu.optimizer, "search", lambda *a, **k: None)
+    monkeypatch.setattr(gpu.optimizer, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
+    ran = []
+
+    def run_spec(spec, out_dir, max_time_s):
+        ran.append((spec.device_ids, spec.seed, max_time_s))
+        return SimpleNamespace(time_to_target_s=10.0, reached_target=spec.device_ids != ("cuda0",), final_accuracy=0.9,
+                               mean_staleness=0.0, measured_sec_per_iter=0.1, iterations=100, protocol_stats={})
+    monkeypatch.setattr("benchmarks.protocols.job.run_spec", run_spec)
+    out = gpu.bench(True, tmp_path)
+    assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 60.0
+    assert [r["config"] for r in out["rows"]] == ["plan", "gpu-alone", "cpus-alone", "all-devices"]
+    assert [devices for devices, _, _ in ran] == [plan.spec.device_ids, ("cuda0",), ("cpu-all",),
+                                                   ("cpu0", "cpu1", "cuda0")]
+    assert {(seed, limit) for _, seed, limit in ran} == {(0, 60.0)}
+    assert out["summary"]["gpu-alone_s"] == 60.0 and out["summary"]["plan_over_best_alternative"] == 1.0
+    assert out["profile"]["devices"]["cuda0"]["kind"] == "cuda"
+    json.dumps(out, allow_nan=False)
