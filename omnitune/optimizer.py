@@ -25,6 +25,11 @@ Settings at least as large as one that diverged are skipped. Each probe is cappe
 iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
 whose pruner stops it when it lags the others at the same predicted training time (study.py).
 Probing is injected (`Prober`), so this module starts no process and imports no torch.
+
+The setups include subsets of each layout's devices that the hardware model says are worth a
+probe (`subsets`: on devices of unequal speed the slowest is left out while some protocol runs
+faster without it; with CPUs beside GPUs, each kind alone), and on devices of unequal speed
+groups are formed by speed (protocols.by_speed) and every variant also comes balanced.
 """
 
 from __future__ import annotations
@@ -152,8 +157,7 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
             return perf.sec_per_iter(shape), measured
         out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
                                  simulator.ITERATIONS, seed=0)
-        sec = perf.sec_per_iter(shape) if model == ANALYTIC and devices == 1 else out.sec_per_iter
-        return sec, measured or (out.staleness if shape.variant.has_server else ())
+        return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
     return hardware
 
 
