@@ -39,9 +39,11 @@ def equal_time_batches(alpha: list[float], beta: list[float], total: int) -> lis
 class GroupBalancer:
     """Performance-aware batches across asynchronous groups (Ji et al. 2019), as the parameter
     server sees them: it times each group between two of its gradients (a step and an exchange)
-    and, every `period` updates, gives each group the total batch that makes every group's step
+    and, every `period` gradients, gives each group the total batch that makes every group's step
     take as long, keeping the sum. Each group's line t(b) = alpha + beta * b comes from the last
     two totals it ran (step_time_line), as a synchronous group's members' do."""
+
+    RECENT = 20     # intervals kept per group and batch: their median times the group
 
     def __init__(self, totals: dict[int, int], period: int):
         self.totals, self.period = dict(totals), period
@@ -50,13 +52,14 @@ class GroupBalancer:
 
     def heard(self, group: int, batch: int, now: float) -> None:
         if group in self.last:
-            self.times[group].setdefault(batch, []).append(now - self.last[group])
+            recent = self.times[group].setdefault(batch, [])
+            recent.append(now - self.last[group])
+            del recent[:-self.RECENT]
         self.last[group] = now
 
     def rebalance(self) -> dict[int, int]:
         """New totals per group, once every group has been timed at its current total."""
-        history = {g: {b: sorted(ts[-20:])[len(ts[-20:]) // 2] for b, ts in self.times[g].items()}
-                   for g in self.totals}
+        history = {g: {b: sorted(ts)[len(ts) // 2] for b, ts in self.times[g].items()} for g in self.totals}
         if any(self.totals[g] not in history[g] for g in self.totals):
             return self.totals
         groups = list(self.totals)

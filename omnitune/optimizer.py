@@ -152,13 +152,18 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
 
     def hardware(shape: Shape, b: int) -> tuple[float, tuple[int, ...]]:
         measured = measured_staleness(profile, shape.layout, shape.variant, b)
-        devices = sum(map(len, shape.groups))
-        if model == ANALYTIC and (shape.key in perf.calibration or devices == 1):
+        if model == ANALYTIC and analytic_covers(perf, shape):
             return perf.sec_per_iter(shape), measured
         out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
                                  simulator.ITERATIONS, seed=0)
         return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
     return hardware
+
+
+def analytic_covers(perf: PerfModel, shape: Shape) -> bool:
+    """Whether the analytic model answers for this shape: a calibration job timed it, or it is
+    one device alone (nothing to communicate); `profiled` simulates the rest."""
+    return shape.key in perf.calibration or sum(map(len, shape.groups)) == 1
 
 
 def speeds(profile: Profile, devices: tuple[str, ...]) -> dict[str, float]:
@@ -229,8 +234,9 @@ def subsets(profile: Profile, layout: str, devices: tuple[str, ...],
         fewer = tuple(d for d in current if d != slowest)
         name = f"{layout} less {','.join([x for x, _ in idle] + [slowest])}"
         trial = setups(name, fewer, ())
-        gain = max(((after / before, x) for x, after in best_rates(trial).items()
-                    if (before := best_rates(kept).get(x))), default=(0.0, ""))
+        before = best_rates(kept)
+        gain = max(((after / before[x], x) for x, after in best_rates(trial).items() if x in before),
+                   default=(0.0, ""))
         if gain[0] <= 1.0:
             break
         idle += ((slowest, f"{fast[slowest]:,.0f} samples/s, the slowest: {gain[1]} runs {gain[0] - 1:.0%} "
@@ -758,12 +764,12 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
     c = best.config
     cluster = profile.cluster
     perf = PerfModel.from_profile(profile)
-    if not simulated_cluster and hardware_model == ANALYTIC and sum(map(len, c.groups)) > 1 \
-            and (c.layout, c.variant.key, len(c.groups)) not in perf.calibration:
+    batch = device_batches(perf, c.variant, c.groups, c.batch)
+    if hardware_model == ANALYTIC and not analytic_covers(perf, Shape(c.groups, batch, c.variant, c.layout)):
         hardware_model = SIMULATED        # no calibration job timed this shape: `profiled` simulated it
     spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=device_batches(perf, c.variant, c.groups, c.batch),
+                   batch_size=batch,
                    lr=c.lr, momentum=c.momentum,
                    seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)

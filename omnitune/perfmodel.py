@@ -125,15 +125,13 @@ def pooled(devices: list[DeviceProfile]) -> dict[str, ComputeModel]:
             mine.append(d)
     out = {}
     for c in classes:
-        common = set.intersection(*({s.batch_size for s in d.steps} for d in c))
-        for d in c:
-            own = ComputeModel.from_profile(d)
-            if len(c) > 1 and len(common) >= 2:
-                models = [ComputeModel.from_profile(x) for x in c]
-                batches = np.array(sorted(common), float)
-                seconds = np.exp(np.mean([np.log(m(batches)) for m in models], axis=0))
-                own = ComputeModel(batches, seconds)
-            out[d.device_id] = own
+        common = sorted(set.intersection(*({s.batch_size for s in d.steps} for d in c)))
+        if len(c) == 1 or len(common) < 2:
+            out.update((d.device_id, ComputeModel.from_profile(d)) for d in c)
+            continue
+        batches = np.array(common, float)
+        seconds = np.exp(np.mean([np.log(ComputeModel.from_profile(d)(batches)) for d in c], axis=0))
+        out.update((d.device_id, ComputeModel(batches, seconds)) for d in c)
     return out
 
 

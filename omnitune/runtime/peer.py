@@ -111,6 +111,7 @@ def train_gossip(ctx: Context, group) -> dict | None:
     # process group), so a per-process job count keeps each job's keys apart.
     board = StopBoard(ctx.store, me, n, f"gossip{next(_GOSSIP_JOBS)}")
     board.announce(0)                      # so the coordinator can call a stop before the first round
+    sizes = shard_batches(spec)            # a pair's mean is weighted by its two batches
     mine, theirs = torch.empty(S), torch.empty(S)
     iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
     last_averaged = iterations
@@ -126,7 +127,7 @@ def train_gossip(ctx: Context, group) -> dict | None:
             round_ += 1
             if partner >= 0:
                 average_with(model, ranks[partner], mine, theirs,
-                             protocols.sample_weights([role.batch_size, shard_batches(spec)[partner]])[0])
+                             protocols.sample_weights([role.batch_size, sizes[partner]])[0])
                 exchanges[partner] = exchanges.get(partner, 0) + 1
                 ctx.staleness[iterations - last_averaged] += 1      # local steps this state drifted alone
                 last_averaged = iterations
