@@ -552,7 +552,7 @@ class OmnivoreLoop:
         self.tried[key] = ""
         if r.note == "diverged":
             self.diverged.append(pc)
-        if r.iters_to_target is not None:
+        if r.ranks_by_time:
             self.predicted = min(self.predicted, r.iters_to_target * s.sec_per_iter)
             if r.reached or not self.ranking:
                 self.best = min(self.best, r.iters_to_target * s.sec_per_iter)
@@ -563,7 +563,7 @@ class OmnivoreLoop:
     def end_scouting(self, ref: Setup) -> None:
         """After the scouts: the budget from their best predicted time; and when none could predict
         one, ranking by training loss at equal training time from here on."""
-        if not self.ranking and all(r.iters_to_target is None for r in self.results.values()):
+        if not self.ranking and not any(r.ranks_by_time for r in self.results.values()):
             # Every later probe trains as long (in predicted training time) as the scouts did.
             self.train_s = self.cap(ref.sec_per_iter, ref.probe_sec_per_iter) * ref.sec_per_iter
             self.ranking = True
@@ -661,10 +661,11 @@ class OmnivoreLoop:
 
 def rank_key(r: ProbeResult | None, sec_per_iter: float, ranking: bool) -> tuple[int, float] | None:
     """How a probe ranks (lower is better), None when it cannot: first by time to target (reached,
-    or predicted unless ranking), then, when ranking, by training loss at the probe's end."""
+    or predicted within the probe's evidence unless ranking), then, when ranking, by training loss at
+    the probe's end."""
     if r is None or r.note == "diverged" or r.note.startswith("pruned"):
         return None
-    if r.iters_to_target is not None and (r.reached or not ranking):
+    if r.ranks_by_time and (r.reached or not ranking):
         return (0, r.iters_to_target * sec_per_iter)
     if ranking and r.train_loss is not None and math.isfinite(r.train_loss):
         return (1, r.train_loss)

@@ -74,7 +74,7 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
     iters = np.array([c[0] for c in curve], float)
     acc = np.array([c[1] for c in curve], float)
     reached = statmodel.iters_to_target(iters, acc, target) if curve and note != "diverged" else None
-    estimate, interval = reached, None
+    estimate, interval, beyond = reached, None, 0.0
     if reached is not None:
         note = "reached"
         fit = statmodel.extrapolate(iters, acc, target, test_size)
@@ -83,9 +83,10 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
         estimate = None
     elif note != "diverged" and curve:
         fit = statmodel.extrapolate(iters, acc, target, test_size)
-        estimate, interval = fit.iters, fit.band
+        estimate, interval, beyond = fit.iters, fit.band, fit.beyond
         note = fit.note if estimate is not None else f"not reached in {int(iters[-1])} iterations ({fit.note})"
-    return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval)
+    return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval,
+                       beyond=beyond if estimate is not None else 0.0)
 
 
 def eval_schedule(max_iters: int, evals: int) -> list[int]:

@@ -161,6 +161,17 @@ class ProbeResult:
     train_loss: float | None = None  # mean training loss over the probe's last quarter (None: diverged)
     iters: int = 0                   # iterations the probe trained
     start_loss: float | None = None  # training loss at the first iteration: the untrained model's
+    beyond: float = 0.0              # how many probe lengths past its end the estimate lies (0: reached)
+
+    @property
+    def ranks_by_time(self) -> bool:
+        """Whether its time to target may rank it: reached, or extrapolated within EVIDENCE probe
+        lengths with a band that has a top. Another estimate stays in the plan, with its band, but
+        ranks nothing: one probe's guess, which refits of its own curve say may never come true,
+        must not beat another's lower training loss."""
+        if self.iters_to_target is None or self.reached:
+            return self.iters_to_target is not None
+        return self.beyond <= EVIDENCE and self.interval is not None and math.isfinite(self.interval[1])
 
 
 @dataclass(frozen=True)

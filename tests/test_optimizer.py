@@ -28,7 +28,8 @@ class FakeProber:
             * (1 + 2 * abs(math.log10(step / BEST_LR))) * (1 + abs(cfg.momentum - 0.6))
         reached = iters <= max_iters          # a probe cut short extrapolates, exactly here
         return ProbeResult(cfg, iters, reached, ((int(min(iters, max_iters)), 0.9),),
-                           cfg.variant.asynchrony - 1.0, 0.0, "reached" if reached else "extrapolated")
+                           cfg.variant.asynchrony - 1.0, 0.0, "reached" if reached else "extrapolated",
+                           None if reached else (0.8 * iters, 1.25 * iters))
 
 
 def fast_groups(profile):
@@ -255,6 +256,32 @@ def test_when_no_scout_can_predict_probes_train_equally_long_and_rank_by_loss(sa
     losses = [s.probe.train_loss for s in found.scored if s.probe]
     assert plan.spec.lr == 0.1 and plan.prediction.time_to_target_s is None
     assert found.scored[0].probe.train_loss == min(losses)
+
+
+def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
+    """A scout whose curve extrapolates far past its own length (beyond the evidence, where the
+    heterogeneous benchmark's slowest rate did) neither sets the budget nor beats scouts with no
+    estimate: the search ranks by training loss, and the lowest loss wins."""
+    def far_guess(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        far = 0.005 < cfg.lr < 0.05                                # around 0.01: a far, optimistic guess
+        r = ProbeResult(cfg, 50.0 * max_iters if far else None, False, ((max_iters, 0.5),), 0.0, 0.0,
+                        "extrapolated 50x past the probe: beyond its evidence" if far else "not reached",
+                        (40.0 * max_iters, 60.0 * max_iters) if far else None, beyond=50.0 if far else 0.0)
+        return dataclasses.replace(r, train_loss=1.0 + abs(math.log10(cfg.lr / 0.1)), iters=max_iters,
+                                   start_loss=2.3)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), far_guess)
+    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
+    # Within the evidence the same guess would rank by time, and win; not when refits of its curve
+    # say it may never come true (a band with no top).
+    near = lambda *a, **k: dataclasses.replace(far_guess(*a, **k), beyond=5.0)
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), near)
+    assert not found.ranked and 0.005 < found.scored[0].config.lr < 0.05
+    def open_band(*a, **k):
+        r = near(*a, **k)
+        return dataclasses.replace(r, interval=(r.interval[0], math.inf)) if r.interval else r
+    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), open_band)
+    assert found.ranked and found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
 
 
 def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
