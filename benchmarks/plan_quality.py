@@ -9,10 +9,11 @@ decade, momentum); (c) what a user would pick by default: sync on every core, lr
 
 Every grid point is screened once (seed 0); a screening run stops at 1.5× the best screening time
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
-with seeds 1, 2, 3: medians and min–max are reported. A run that misses the target counts as its
+with seeds 1, 2, 3, seed by seed across them (interleaved, so the machine's drift falls on all
+alike): medians and min–max are reported. A run that misses the target counts as its
 time limit, the workload's stated cap. The plan's band on iterations comes from a 30 s longer
 probe of its configuration (`plan --predict-s 30`), timed apart from planning. Writes
-benchmarks/results/plan_quality.json.
+benchmarks/results/plan_quality.json (plan_quality-quick.json with --quick).
 """
 
 from __future__ import annotations
@@ -101,10 +102,23 @@ def measure(spec: RunSpec, work: Path, tag: str, limit_s: float) -> dict:
 
 
 def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> dict:
-    runs = [measure(replace(spec, seed=seed), work, f"{tag}-s{seed}", cap_s) for seed in seeds]
-    times = [r["time_s"] for r in runs]
-    return {"median_s": statistics.median(times), "spread_s": [min(times), max(times)], "runs": runs,
-            "median_iterations": statistics.median(r["iterations"] for r in runs)}
+    return interleaved({tag: spec}, work, cap_s, seeds)[tag]
+
+
+def interleaved(specs: dict[str, RunSpec], work: Path, cap_s: float, seeds=SEEDS) -> dict[str, dict]:
+    """Each spec run once per seed, seed by seed across the specs (so a drift in the machine's
+    speed over the session falls on every spec alike, not on whichever ran last): per spec the
+    median time to target (a miss counts as `cap_s`), min-max, runs and median iterations."""
+    runs: dict[str, list[dict]] = {tag: [] for tag in specs}
+    for seed in seeds:
+        for tag, spec in specs.items():
+            runs[tag].append(measure(replace(spec, seed=seed), work, f"{tag}-s{seed}", cap_s))
+    out = {}
+    for tag, rs in runs.items():
+        times = [r["time_s"] for r in rs]
+        out[tag] = {"median_s": statistics.median(times), "spread_s": [min(times), max(times)], "runs": rs,
+                    "median_iterations": statistics.median(r["iterations"] for r in rs)}
+    return out
 
 
 def describe(c: Config) -> dict:
@@ -115,7 +129,7 @@ def describe(c: Config) -> dict:
 def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None) -> dict:
     """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
     again, keep the screening, and measure the plan beside the previous finalists in this session;
-    the default is kept too where it missed its cap in every run (its time is the cap)."""
+    the default and finalists are kept too where they missed the cap in every run (their time is the cap)."""
     start = time.perf_counter()
     prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
     profile_s = time.perf_counter() - start
@@ -145,15 +159,18 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
             print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
     ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
     seeds = SEEDS[:1] if quick else SEEDS
-    finalists = [{**describe(s["config"]), **repeated(fixed_spec(prof, name, b.target, s["config"]), work,
-                                                      f"{name}-best{k}", b.cap_s, seeds)}
-                 for k, s in enumerate(ranked)]
-    planned = repeated(plan.spec, work, f"{name}-plan", b.cap_s, seeds)
-    if previous and not any(r["reached"] for r in previous["default"]["runs"]):
-        default = previous["default"]
-    else:
-        default = repeated(fixed_spec(prof, name, b.target, default_config(prof)), work, f"{name}-default",
-                           b.cap_s, seeds)
+    # With --replan, a finalist or default that missed its cap in every run of the last session
+    # is kept as it was (its time is the cap), not run again.
+    kept = {} if not previous else {
+        **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
+        **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
+    specs = {"plan": plan.spec, "default": fixed_spec(prof, name, b.target, default_config(prof)),
+             **{f"best{k}": fixed_spec(prof, name, b.target, s["config"]) for k, s in enumerate(ranked)}}
+    done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
+                       seeds)
+    result = {tag: kept.get(tag) or done[f"{name}-{tag}"] for tag in specs}
+    planned, default = result["plan"], result["default"]
+    finalists = [{**describe(s["config"]), **result[f"best{k}"]} for k, s in enumerate(ranked)]
     oracle = min(finalists, key=lambda f: f["median_s"])
     # The plan's band on iterations, from a longer probe of its configuration (plan --predict-s),
     # timed apart from planning.
@@ -200,9 +217,14 @@ def describe_plan(plan) -> dict:
             "batch": s.batch_size[s.devices[0].id], "lr": s.lr, "momentum": s.momentum}
 
 
+def results_name(quick: bool) -> str:
+    """A quick run writes beside the full run's file, never over it."""
+    return "plan_quality-quick.json" if quick else "plan_quality.json"
+
+
 def kept_rows(quick: bool) -> list[dict]:
     """The rows of the last run of this kind, to keep beside a run of one workload."""
-    path = RESULTS / "plan_quality.json"
+    path = RESULTS / results_name(quick)
     if not path.exists():
         return []
     data = json.loads(path.read_text())
@@ -219,7 +241,7 @@ def main() -> None:
                         "stay as the last run of the same kind (full or quick) left them")
     parser.add_argument("--replan", action="store_true", help="with --only, after a change to the planner: "
                         "profile and plan again and measure the plan beside the last run's finalists, keeping "
-                        "its screening (and its default where that missed the cap in every run)")
+                        "its screening (and its default and finalists where they missed the cap in every run)")
     args = parser.parse_args()
     if args.replan and not args.only:
         parser.error("--replan needs --only NAME")
@@ -234,7 +256,7 @@ def main() -> None:
                 parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
             rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous)]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
-            write_results("plan_quality", {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
+            write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target_accuracy", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
             "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "default_over_plan"]
     print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.10, default/plan >= 2, "
@@ -242,7 +264,7 @@ def main() -> None:
     holds = [h for r in rows for h in r["band_holds"]]
     print(f"the plan's band on iterations held the real run's in {sum(holds)} of {len(holds)} runs "
           f"(runs of plans with a band)")
-    print("wrote benchmarks/results/plan_quality.json")
+    print(f"wrote benchmarks/results/{results_name(args.quick)}")
 
 
 if __name__ == "__main__":
