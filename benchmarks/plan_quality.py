@@ -88,7 +88,7 @@ def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
     cluster = prof.cluster
     return RunSpec(workload=name, data_dir=None, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=optimizer.device_batches(PerfModel.from_profile(prof), c.variant, c.groups, c.batch),
+                   batch_size=optimizer.device_batches(PerfModel.from_profile(prof).compute, c.variant, c.groups, c.batch),
                    lr=c.lr, momentum=c.momentum, target_accuracy=target, rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)
 

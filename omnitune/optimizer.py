@@ -38,14 +38,14 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Mapping
 
 from omnitune import budget as budget_mod, perfmodel, protocols, simulator, study as study_mod
 from omnitune.balance import equal_time_batches
 from omnitune.errors import UserError
-from omnitune.perfmodel import Linear, PerfModel, Shape
+from omnitune.perfmodel import ComputeModel, Linear, PerfModel, Shape
 from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
-from omnitune.profile import Profile
+from omnitune.profile import DeviceProfile, Profile
 from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
 from omnitune.statmodel import ProbeConfig, ProbeResult
@@ -151,7 +151,7 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
     overhead = simulator.overheads(profile)
 
     def hardware(shape: Shape, b: int) -> tuple[float, tuple[int, ...]]:
-        measured = measured_staleness(profile, shape.layout, shape.variant, b)
+        measured = measured_staleness(profile, shape, b)
         if model == ANALYTIC and analytic_covers(perf, shape):
             return perf.sec_per_iter(shape), measured
         out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
@@ -204,7 +204,7 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
             continue
         groups = protocols.by_speed(devices, fast, v.groups, v.balanced) if het else v.group(devices)
         for b in _batch_sizes(profile, devices, space):
-            batch = device_batches(perf, v, groups, b)
+            batch = device_batches(perf.compute, v, groups, b)
             sec, staleness = hardware(Shape(groups, batch, v, layout), b)
             batches = tuple(tuple(batch[d] for d in g) for g in groups)
             out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, v, groups, batches),
@@ -277,21 +277,41 @@ def eval_cost(setups: list[Setup]) -> float:
 def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = perfmodel.NOISE_Z) -> bool:
     """Whether some device is slower than the fastest (by best throughput) beyond the profile's
     noise (perfmodel.slower)."""
-    if len(devices) < 2:
-        return False
-    fastest = max(devices, key=lambda d: profile.device(d).best.samples_per_s)
-    return any(perfmodel.slower(profile.device(fastest), profile.device(d), z) for d in devices if d != fastest)
+    return perfmodel.unequal([profile.device(d) for d in devices], z)
 
 
-def device_batches(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...], batch: int) -> dict[str, int]:
+def device_batches(compute: Mapping[str, ComputeModel], variant: Variant, groups: tuple[tuple[str, ...], ...],
+                   batch: int) -> dict[str, int]:
     """Per-device batch sizes: equal, or balanced (Ji et al. 2019) so that every device's step
     takes as long, the total kept at `batch` per device: inside a synchronous group its members
     finish together, and across asynchronous groups each group updates as often."""
     devices = [d for g in groups for d in g]
     if not variant.balanced:
         return {d: batch for d in devices}
-    alpha, beta = zip(*(step_line(perf.compute[d], batch) for d in devices))
+    alpha, beta = zip(*(step_line(compute[d], batch) for d in devices))
     return dict(zip(devices, equal_time_batches(list(alpha), list(beta), batch * len(devices))))
+
+
+def speed_calibrations(devices: list[DeviceProfile], batch: int) \
+        -> list[tuple[Variant, tuple[tuple[str, ...], ...], dict[str, int]]]:
+    """On devices of unequal speed (beyond the noise), the server protocols' shapes that the
+    planner forms (groups by speed, balanced batches or not; as layout_setups) and the in-order
+    calibration jobs do not run, at `batch` per device: calibration jobs of these measure the
+    staleness of groups of unequal speed. None on devices alike within the noise."""
+    if not perfmodel.unequal(devices):
+        return []
+    ids = tuple(d.device_id for d in devices)
+    fast = {d.device_id: d.best.samples_per_s for d in devices}
+    compute = perfmodel.pooled(devices)
+    out = []
+    for v in protocols.admitted(len(ids), heterogeneous=True):
+        if not v.has_server:
+            continue
+        groups = protocols.by_speed(ids, fast, v.groups, v.balanced)
+        in_order = len(ids) % v.groups == 0 and {frozenset(g) for g in groups} == {frozenset(g) for g in v.group(ids)}
+        if v.balanced or not in_order:
+            out.append((v, groups, device_batches(compute, v, groups, batch)))
+    return out
 
 
 def step_line(compute, batch: int) -> tuple[float, float]:
@@ -311,11 +331,16 @@ def step_line(compute, batch: int) -> tuple[float, float]:
     return max(t - slope * batch, 0.0), slope
 
 
-def measured_staleness(profile: Profile, layout: str, variant: Variant, batch: int) -> tuple[int, ...]:
-    """The staleness histogram the profile's calibration job of this variant measured, at the
-    batch nearest this one; () when there is none."""
-    cals = [c for c in profile.calibration if (c.layout, c.protocol, c.groups) == (layout, variant.key, variant.groups)
-            and c.staleness]
+def measured_staleness(profile: Profile, shape: Shape, batch: int) -> tuple[int, ...]:
+    """The staleness histogram the profile's calibration job of this variant measured on the same
+    groups (formed by speed or in order), balanced or not alike, at the batch nearest this one;
+    () when there is none."""
+    def same(c) -> bool:
+        ran = perfmodel.calibration_shape(profile, c)
+        return (c.layout, c.protocol, c.groups) == (shape.layout, shape.variant.key, shape.variant.groups) \
+            and bool(c.staleness) and c.balanced == shape.variant.balanced \
+            and {frozenset(g) for g in ran.groups} == {frozenset(g) for g in shape.groups}
+    cals = [c for c in profile.calibration if same(c)]
     if not cals:
         return ()
     return min(cals, key=lambda c: abs(math.log(c.batch_size / batch))).staleness
@@ -542,6 +567,13 @@ class OmnivoreLoop:
         if pc not in self.results and self.probes_run and not self.fits(s):
             self.tried[key] = f"not probed: planning budget of {self.budget_s():.1f}s spent"
             return None
+        if pc not in self.results and self.ranking and self.train_s / s.sec_per_iter < budget_mod.MIN_PROBE_ITERS:
+            # Floored at MIN_PROBE_ITERS it would train longer than the others and win on loss
+            # for that alone (shapes-resnet: batch 256, 4x the scouts' training time, missed 0.9).
+            self.tried[key] = (f"not probed: in the probes' training time of {self.train_s:.1f}s it would train "
+                               f"{self.train_s / s.sec_per_iter:.0f} iterations, under {budget_mod.MIN_PROBE_ITERS}: "
+                               "no fair comparison by loss")
+            return None
         if any(d.variant == pc.variant and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
             self.tried[key] = "not probed: at least as large as a setting that diverged"
             return None
@@ -765,7 +797,7 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
     c = best.config
     cluster = profile.cluster
     perf = PerfModel.from_profile(profile)
-    batch = device_batches(perf, c.variant, c.groups, c.batch)
+    batch = device_batches(perf.compute, c.variant, c.groups, c.batch)
     if hardware_model == ANALYTIC and not analytic_covers(perf, Shape(c.groups, batch, c.variant, c.layout)):
         hardware_model = SIMULATED        # no calibration job timed this shape: `profiled` simulated it
     spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,

@@ -107,6 +107,14 @@ def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> boo
     return statistics.median(ratios) > margin
 
 
+def unequal(devices: list[DeviceProfile], z: float = NOISE_Z) -> bool:
+    """Whether some device is slower than the fastest (by best throughput) beyond the noise."""
+    if len(devices) < 2:
+        return False
+    fastest = max(devices, key=lambda d: d.best.samples_per_s)
+    return any(slower(fastest, d, z) for d in devices if d is not fastest)
+
+
 def alike(x: DeviceProfile, y: DeviceProfile) -> bool:
     """Neither measurably slower than the other."""
     return not slower(x, y) and not slower(y, x)
@@ -244,7 +252,11 @@ class PerfModel:
 
 
 def calibration_shape(profile: Profile, cal) -> Shape:
-    """The configuration a calibration job ran: its layout split into equal groups."""
-    ids = profile.cluster.layouts[cal.layout]
+    """The configuration a calibration job ran: its groups formed by speed where it records them,
+    else its layout split into equal groups in order, every device at its batch size."""
     variant = protocols.from_key(cal.protocol, cal.groups)
+    if cal.members:
+        batch = {d: b for g, bs in zip(cal.members, cal.batches) for d, b in zip(g, bs)}
+        return Shape(cal.members, batch, variant, cal.layout)
+    ids = profile.cluster.layouts[cal.layout]
     return Shape(variant.group(ids), {d: cal.batch_size for d in ids}, variant, cal.layout)

@@ -94,6 +94,11 @@ class Calibration:
     batch_size: int           # per device
     sec_per_iter: float       # measured: training time / model updates
     staleness: tuple[int, ...] = ()   # measured: staleness[t] gradients applied t updates late
+    # The groups the job ran and each member's batch, where they were formed by speed (balanced
+    # or not); empty: the layout split into equal groups in order, batch_size on every device.
+    members: tuple[tuple[str, ...], ...] = ()
+    batches: tuple[tuple[int, ...], ...] = ()
+    balanced: bool = False    # the batches followed measured speed (Ji et al.)
 
     def __post_init__(self):
         if self.groups < 1 or self.batch_size < 1 or not _positive(self.sec_per_iter):

@@ -116,7 +116,7 @@ def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
 def test_balanced_batches_apply_in_every_protocol(sample_profile, tmp_path, variant):
     perf = PerfModel.from_profile(slowed(sample_profile, tmp_path, [1, 3]))
     groups = variant.group(ids(2))
-    b = optimizer.device_batches(perf, variant, groups, 32)
+    b = optimizer.device_batches(perf.compute, variant, groups, 32)
     assert b["cpu0"] > 2 * b["cpu1"] and sum(b.values()) == 64
 
 
@@ -124,7 +124,7 @@ def test_devices_alike_within_the_noise_get_equal_balanced_batches(sample_profil
     """Two identical cores whose measurements wobble 12% either way, beside one 6× slower: the two
     share one step model (perfmodel.pooled), so balancing splits evenly between them."""
     prof = slowed(sample_profile, tmp_path, [1, 1, 6], spread=0.15, wobble=0.12)
-    b = optimizer.device_batches(PerfModel.from_profile(prof), Sync(balanced=True), (ids(3),), 32)
+    b = optimizer.device_batches(PerfModel.from_profile(prof).compute, Sync(balanced=True), (ids(3),), 32)
     assert abs(b["cpu0"] - b["cpu1"]) <= 1 and b["cpu2"] < b["cpu0"] / 3
 
 
@@ -143,6 +143,62 @@ def test_the_plan_names_its_idle_devices(sample_profile, tmp_path):
     plan = optimizer.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.spec.device_ids == ("cpu0", "cpu1") and set(plan.idle) == {"cpu2"}
     assert "samples per second without it" in plan.idle["cpu2"]
+
+
+def test_calibration_jobs_cover_groups_formed_by_speed(sample_profile, tmp_path):
+    """The profile's extra calibration jobs on devices of unequal speed: the server protocols'
+    groups by speed and balanced batches, as the planner forms them; none on alike devices, and
+    none that repeat an in-order job."""
+    assert optimizer.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 1]).devices), 16) == []
+    pair = optimizer.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16)
+    assert {v for v, _, _ in pair} == {Groups(g=2, balanced=True), SoftSync(learners=2, n=1, balanced=True),
+                                        SoftSync(learners=2, n=2, balanced=True)}
+    assert all(b["cpu0"] > 2 * b["cpu1"] and b["cpu0"] + b["cpu1"] == 32 for _, _, b in pair)
+    prof = slowed(sample_profile, tmp_path, [1, 1, 6])
+    three = {v: (groups, b) for v, groups, b in optimizer.speed_calibrations(list(prof.devices), 16)}
+    assert three[Groups(g=2)] == ((("cpu0", "cpu1"), ("cpu2",)), {d: 16 for d in ids(3)})   # no in-order job: 3 % 2
+    fast = optimizer.speeds(prof, ids(3))
+    assert three[Groups(g=2, balanced=True)][0] == protocols.by_speed(ids(3), fast, 2, True)
+    assert Groups(g=3) not in three and Groups(g=3, balanced=True) in three       # g = 3 in order: its own job
+
+
+def test_the_plan_takes_staleness_from_the_job_of_its_own_groups(sample_profile, tmp_path):
+    """A calibration job's staleness answers for a shape only if it ran the same groups, balanced
+    alike: groups formed by speed never borrow the in-order job's histogram."""
+    from omnitune.perfmodel import Shape
+    from omnitune.profile import Calibration
+
+    prof = slowed(sample_profile, tmp_path, [1, 1, 6])
+    in_order = Calibration("cluster", "groups", 3, 16, 0.01, (5, 5, 5))
+    by_speed = Calibration("cluster", "groups", 2, 16, 0.01, (8, 1, 1), members=(("cpu0", "cpu1"), ("cpu2",)),
+                           batches=((16, 16), (16,)))
+    prof = dataclasses.replace(prof, calibration=(in_order, by_speed))
+    shape = lambda v, groups: Shape(groups, {d: 16 for d in ids(3)}, v, "cluster")
+    assert optimizer.measured_staleness(prof, shape(Groups(g=2), (("cpu2",), ("cpu1", "cpu0"))), 32) == (8, 1, 1)
+    assert optimizer.measured_staleness(prof, shape(Groups(g=2), (("cpu0", "cpu2"), ("cpu1",))), 16) == ()
+    assert optimizer.measured_staleness(prof, shape(Groups(g=2, balanced=True), (("cpu0", "cpu1"), ("cpu2",))), 16) == ()
+    assert optimizer.measured_staleness(prof, shape(Groups(g=3), (("cpu0",), ("cpu1",), ("cpu2",))), 16) == (5, 5, 5)
+
+
+@pytest.mark.slow
+def test_a_real_profile_measures_the_staleness_of_groups_formed_by_speed(tmp_path):
+    """gloo: profiling two workers, the second emulated 4× slower, runs balanced jobs of groups
+    formed by speed besides the in-order ones, and the plan's setups take their histograms."""
+    from omnitune import profiler
+    from omnitune.cluster import load_cluster
+
+    spec = tmp_path / "pair.yaml"
+    spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [1, 1]\n    emulated_slowdown: [1, 4]\n")
+    prof = profiler.profile(load_cluster(spec), "lenet-digits", None, profiler.Settings.make(True), tmp_path / "logs")
+    mine = [c for c in prof.calibration if c.members]
+    assert {(c.protocol, c.balanced) for c in mine} == {("groups", True), ("softsync/n=1", True),
+                                                         ("softsync/n=2", True)}
+    for c in mine:
+        (fast,), (slow,) = c.batches
+        assert fast > slow and fast + slow == 2 * c.batch_size and sum(c.staleness) > 0
+    setups = optimizer.enumerate_setups(prof, optimizer.Space(protocols=("groups",), batch_sizes=(8,)))
+    balanced = next(s for s in setups if s.variant == Groups(g=2, balanced=True) and s.layout == "cluster")
+    assert balanced.staleness == next(c for c in mine if c.protocol == "groups").staleness
 
 
 @pytest.mark.slow

@@ -229,7 +229,7 @@ def test_balanced_batches_favour_the_faster_device(sample_profile):
     perf = PerfModel.from_profile(sample_profile)
     slow = ComputeModel(perf.compute["cpu1"].batches, perf.compute["cpu1"].seconds * 3)
     perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
-    b = optimizer.device_batches(perf, Sync(balanced=True), (("cpu0", "cpu1"),), 32)
+    b = optimizer.device_batches(perf.compute, Sync(balanced=True), (("cpu0", "cpu1"),), 32)
     assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64
 
 
@@ -282,6 +282,27 @@ def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
         return dataclasses.replace(r, interval=(r.interval[0], math.inf)) if r.interval else r
     found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), open_band)
     assert found.ranked and found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
+
+
+def test_ranking_by_loss_skips_setups_too_slow_for_equal_training_time(sample_profile):
+    """A slow model (10 ms per sample): at the scouts' training time (batch 16) batch 64 would
+    train fewer than MIN_PROBE_ITERS iterations; floored there, it would train longer than the
+    others and win on loss for that alone. It is not probed, and says why."""
+    steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.01 * t.batch_size, samples_per_s=100.0)
+                            for t in d.steps)
+    slow = dataclasses.replace(sample_profile, devices=tuple(dataclasses.replace(d, steps=steps(d))
+                                                             for d in sample_profile.devices), calibration=())
+
+    def by_samples(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        seen = max_iters * cfg.samples_per_update                  # more samples seen, lower loss
+        r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+        return dataclasses.replace(r, train_loss=1.0 / (1.0 + seen / 1000), iters=max_iters, start_loss=2.3)
+    found = optimizer.search(slow, optimizer.Space(protocols=("sync",), layouts=("one-worker",), lrs=(0.1,),
+                                                   batch_sizes=(8, 16, 64)), by_samples)
+    assert found.ranked
+    skipped = [s for s in found.scored if "no fair comparison by loss" in s.note]
+    assert [s.config.batch for s in skipped] == [64]
+    assert found.scored[0].config.batch < 64
 
 
 def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):

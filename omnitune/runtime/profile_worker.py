@@ -7,7 +7,9 @@ do the same (a barrier per batch size keeps them concurrent). Phase 2: gloo all-
 device ranks for every group size 2..n, point-to-point round trips between the server rank and
 a device rank (on another node, when there is one: the link a leader's exchange crosses), and
 one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
-each protocol and number of groups, at a few batch sizes.
+each protocol and number of groups, at a few batch sizes; on devices of unequal speed also the
+server protocols' groups formed by speed (balanced or not), from phase 1's step times, which
+every rank gathers, so their staleness is measured too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -32,7 +34,7 @@ from omnitune.runtime.launch import join
 from omnitune.runtime.measure import Settings, StepTimer, batch_sizes, measure_steps
 from omnitune.runtime.process import run_role
 from omnitune.runtime.server import ParameterServer
-from omnitune.runtime.topology import Node
+from omnitune.runtime.topology import Node, roles
 
 
 @dataclass(frozen=True)
@@ -159,22 +161,48 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
 CALIBRATION_TEST = 64
 
 
-def calibrate(job: ProfileJob, wl, train, test, store) -> list[Calibration]:
+def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
+    """Calibration jobs of groups formed by speed (optimizer.speed_calibrations), from the step
+    times every device of the layout just measured (the same on every rank), at the smallest
+    calibration batch. Their ranks run the devices the groups name: a job whose rank would run
+    a device of another node than its process's is left out."""
+    from omnitune import optimizer, profiler
+
+    base = next((s for s in job.calibration_specs if s.variant.has_server), None)
+    if base is None or any(s is None for s in steps):
+        return ()
+    devices = [profiler.device_profile(d.id, s, concurrent=True) for d, s in zip(job.devices, steps)]
+    placed = {i + 1: d.node for i, d in enumerate(job.devices)}
+    out = []
+    for v, groups, batch in optimizer.speed_calibrations(devices, job.settings.calibrate_batches[0]):
+        spec = replace(base, variant=v, groups=groups, batch_size=batch)
+        if all(r.device.node == placed[r.rank] for r in roles(spec) if r.kind == "worker"):
+            out.append(spec)
+    return tuple(out)
+
+
+def calibrate(job: ProfileJob, specs: tuple[RunSpec, ...], wl, train, test, store) -> list[Calibration]:
     """Run each calibration spec as a real job for a moment; rank 0 reports seconds per update."""
     out = []
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
-        for spec in job.calibration_specs:
+        for spec in specs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
             if summary is not None:
+                by_speed = spec not in job.calibration_specs
                 out.append(Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
-                                       batch_size=spec.batch_size[spec.devices[0].id],
+                                       batch_size=job.settings.calibrate_batches[0] if by_speed
+                                       else spec.batch_size[spec.devices[0].id],
                                        sec_per_iter=summary["measured_sec_per_iter"],
-                                       staleness=tuple(summary["staleness"])))
+                                       staleness=tuple(summary["staleness"]),
+                                       members=spec.groups if by_speed else (),
+                                       batches=tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups)
+                                       if by_speed else (),
+                                       balanced=spec.variant.balanced))
     return out
 
 
@@ -202,8 +230,10 @@ def main(job: ProfileJob) -> list[dict] | None:
             result["allreduce"] = allreduce
         if rank == 0:
             result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
+        steps = [None] * dist.get_world_size()
+        dist.all_gather_object(steps, result.get("steps"))
         dist.barrier()
-        calibration = calibrate(job, wl, train, test, store)
+        calibration = calibrate(job, job.calibration_specs + speed_specs(job, steps[1:]), wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration
         everyone = [None] * dist.get_world_size() if rank == 0 else None
