@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
+from omnitune import perfmodel, protocols
+from omnitune.perfmodel import ComputeModel, Linear
+from omnitune.profile import DeviceProfile
+from omnitune.protocols import Variant
+
 
 def apportion(shares: list[float], total: int) -> list[int]:
     """Whole batch sizes of at least 1, in proportion to `shares`, adding up to `total`."""
@@ -67,3 +74,54 @@ class GroupBalancer:
         new = equal_time_batches([a for a, _ in lines], [b for _, b in lines], sum(self.totals.values()))
         self.totals = dict(zip(groups, new))
         return self.totals
+
+
+def device_batches(compute: Mapping[str, ComputeModel], variant: Variant, groups: tuple[tuple[str, ...], ...],
+                   batch: int) -> dict[str, int]:
+    """Per-device batch sizes: equal, or balanced (Ji et al. 2019) so that every device's step
+    takes as long, the total kept at `batch` per device: inside a synchronous group its members
+    finish together, and across asynchronous groups each group updates as often."""
+    devices = [d for g in groups for d in g]
+    if not variant.balanced:
+        return {d: batch for d in devices}
+    alpha, beta = zip(*(step_line(compute[d], batch) for d in devices))
+    return dict(zip(devices, equal_time_batches(list(alpha), list(beta), batch * len(devices))))
+
+
+def speed_calibrations(devices: list[DeviceProfile], batch: int) \
+        -> list[tuple[Variant, tuple[tuple[str, ...], ...], dict[str, int]]]:
+    """On devices of unequal speed (beyond the noise), the server protocols' shapes that the
+    planner forms (groups by speed, balanced batches or not; as layout_setups) and the in-order
+    calibration jobs do not run, at `batch` per device: calibration jobs of these measure the
+    staleness of groups of unequal speed. None on devices alike within the noise."""
+    if not perfmodel.unequal(devices):
+        return []
+    ids = tuple(d.device_id for d in devices)
+    fast = {d.device_id: d.best.samples_per_s for d in devices}
+    compute = perfmodel.pooled(devices)
+    out = []
+    for v in protocols.admitted(len(ids), heterogeneous=True):
+        if not v.has_server:
+            continue
+        groups = protocols.by_speed(ids, fast, v.groups, v.balanced)
+        in_order = len(ids) % v.groups == 0 and {frozenset(g) for g in groups} == {frozenset(g) for g in v.group(ids)}
+        if v.balanced or not in_order:
+            out.append((v, groups, device_batches(compute, v, groups, batch)))
+    return out
+
+
+def step_line(compute, batch: int) -> tuple[float, float]:
+    """t_d(b) = alpha + beta b near the nominal batch: least squares (relative error, both terms
+    at least 0) over the profile's batch sizes within 4× of it, through the step at the batch
+    itself. Bumpy measurements can give a line through two points a slope near zero, and then
+    a device's balanced share runs away; the slope is kept at a tenth of the step's mean per
+    sample or more."""
+    near = (compute.batches >= batch / 4) & (compute.batches <= batch * 4)
+    t = float(compute(batch))
+    if near.sum() >= 2:
+        slope = Linear.fit(compute.batches[near], compute.seconds[near]).slope
+    else:
+        lo, hi = max(batch / 2, 1.0), 2.0 * batch
+        slope = float(compute(hi) - compute(lo)) / (hi - lo)
+    slope = max(slope, 0.1 * t / batch)
+    return max(t - slope * batch, 0.0), slope

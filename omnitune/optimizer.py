@@ -38,14 +38,14 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable
 
 from omnitune import budget as budget_mod, perfmodel, protocols, simulator, study as study_mod
-from omnitune.balance import equal_time_batches
+from omnitune.balance import device_batches
 from omnitune.errors import UserError
-from omnitune.perfmodel import ComputeModel, Linear, PerfModel, Shape
+from omnitune.perfmodel import PerfModel, Shape
 from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
-from omnitune.profile import DeviceProfile, Profile
+from omnitune.profile import Profile
 from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
 from omnitune.statmodel import ProbeConfig, ProbeResult
@@ -278,57 +278,6 @@ def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = perfmod
     """Whether some device is slower than the fastest (by best throughput) beyond the profile's
     noise (perfmodel.slower)."""
     return perfmodel.unequal([profile.device(d) for d in devices], z)
-
-
-def device_batches(compute: Mapping[str, ComputeModel], variant: Variant, groups: tuple[tuple[str, ...], ...],
-                   batch: int) -> dict[str, int]:
-    """Per-device batch sizes: equal, or balanced (Ji et al. 2019) so that every device's step
-    takes as long, the total kept at `batch` per device: inside a synchronous group its members
-    finish together, and across asynchronous groups each group updates as often."""
-    devices = [d for g in groups for d in g]
-    if not variant.balanced:
-        return {d: batch for d in devices}
-    alpha, beta = zip(*(step_line(compute[d], batch) for d in devices))
-    return dict(zip(devices, equal_time_batches(list(alpha), list(beta), batch * len(devices))))
-
-
-def speed_calibrations(devices: list[DeviceProfile], batch: int) \
-        -> list[tuple[Variant, tuple[tuple[str, ...], ...], dict[str, int]]]:
-    """On devices of unequal speed (beyond the noise), the server protocols' shapes that the
-    planner forms (groups by speed, balanced batches or not; as layout_setups) and the in-order
-    calibration jobs do not run, at `batch` per device: calibration jobs of these measure the
-    staleness of groups of unequal speed. None on devices alike within the noise."""
-    if not perfmodel.unequal(devices):
-        return []
-    ids = tuple(d.device_id for d in devices)
-    fast = {d.device_id: d.best.samples_per_s for d in devices}
-    compute = perfmodel.pooled(devices)
-    out = []
-    for v in protocols.admitted(len(ids), heterogeneous=True):
-        if not v.has_server:
-            continue
-        groups = protocols.by_speed(ids, fast, v.groups, v.balanced)
-        in_order = len(ids) % v.groups == 0 and {frozenset(g) for g in groups} == {frozenset(g) for g in v.group(ids)}
-        if v.balanced or not in_order:
-            out.append((v, groups, device_batches(compute, v, groups, batch)))
-    return out
-
-
-def step_line(compute, batch: int) -> tuple[float, float]:
-    """t_d(b) = alpha + beta b near the nominal batch: least squares (relative error, both terms
-    at least 0) over the profile's batch sizes within 4× of it, through the step at the batch
-    itself. Bumpy measurements can give a line through two points a slope near zero, and then
-    a device's balanced share runs away; the slope is kept at a tenth of the step's mean per
-    sample or more."""
-    near = (compute.batches >= batch / 4) & (compute.batches <= batch * 4)
-    t = float(compute(batch))
-    if near.sum() >= 2:
-        slope = Linear.fit(compute.batches[near], compute.seconds[near]).slope
-    else:
-        lo, hi = max(batch / 2, 1.0), 2.0 * batch
-        slope = float(compute(hi) - compute(lo)) / (hi - lo)
-    slope = max(slope, 0.1 * t / batch)
-    return max(t - slope * batch, 0.0), slope
 
 
 def measured_staleness(profile: Profile, shape: Shape, batch: int) -> tuple[int, ...]:

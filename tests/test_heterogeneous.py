@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from omnitune import optimizer, protocols
+from omnitune import balance, optimizer, protocols
 from omnitune.perfmodel import PerfModel
 from omnitune.plan import Planning
 from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
@@ -149,13 +149,13 @@ def test_calibration_jobs_cover_groups_formed_by_speed(sample_profile, tmp_path)
     """The profile's extra calibration jobs on devices of unequal speed: the server protocols'
     groups by speed and balanced batches, as the planner forms them; none on alike devices, and
     none that repeat an in-order job."""
-    assert optimizer.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 1]).devices), 16) == []
-    pair = optimizer.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16)
+    assert balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 1]).devices), 16) == []
+    pair = balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16)
     assert {v for v, _, _ in pair} == {Groups(g=2, balanced=True), SoftSync(learners=2, n=1, balanced=True),
                                         SoftSync(learners=2, n=2, balanced=True)}
     assert all(b["cpu0"] > 2 * b["cpu1"] and b["cpu0"] + b["cpu1"] == 32 for _, _, b in pair)
     prof = slowed(sample_profile, tmp_path, [1, 1, 6])
-    three = {v: (groups, b) for v, groups, b in optimizer.speed_calibrations(list(prof.devices), 16)}
+    three = {v: (groups, b) for v, groups, b in balance.speed_calibrations(list(prof.devices), 16)}
     assert three[Groups(g=2)] == ((("cpu0", "cpu1"), ("cpu2",)), {d: 16 for d in ids(3)})   # no in-order job: 3 % 2
     fast = optimizer.speeds(prof, ids(3))
     assert three[Groups(g=2, balanced=True)][0] == protocols.by_speed(ids(3), fast, 2, True)

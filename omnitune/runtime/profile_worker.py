@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 from omnitune import protocols, workload as workload_mod
 from omnitune.cluster import Device
-from omnitune.profile import AllReduceTiming, Calibration, P2PTiming
+from omnitune.balance import speed_calibrations
+from omnitune.profile import AllReduceTiming, Calibration, DeviceProfile, P2PTiming
 from omnitune.runspec import RunSpec
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.context import JobArgs, torch_device
@@ -162,19 +163,17 @@ CALIBRATION_TEST = 64
 
 
 def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
-    """Calibration jobs of groups formed by speed (optimizer.speed_calibrations), from the step
+    """Calibration jobs of groups formed by speed (balance.speed_calibrations), from the step
     times every device of the layout just measured (the same on every rank), at the smallest
     calibration batch. Their ranks run the devices the groups name: a job whose rank would run
     a device of another node than its process's is left out."""
-    from omnitune import optimizer, profiler
-
     base = next((s for s in job.calibration_specs if s.variant.has_server), None)
     if base is None or any(s is None for s in steps):
         return ()
-    devices = [profiler.device_profile(d.id, s, concurrent=True) for d, s in zip(job.devices, steps)]
+    devices = [DeviceProfile(d.id, tuple(s), max(t.batch_size for t in s), True) for d, s in zip(job.devices, steps)]
     placed = {i + 1: d.node for i, d in enumerate(job.devices)}
     out = []
-    for v, groups, batch in optimizer.speed_calibrations(devices, job.settings.calibrate_batches[0]):
+    for v, groups, batch in speed_calibrations(devices, job.settings.calibrate_batches[0]):
         spec = replace(base, variant=v, groups=groups, batch_size=batch)
         if all(r.device.node == placed[r.rank] for r in roles(spec) if r.kind == "worker"):
             out.append(spec)
