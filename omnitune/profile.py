@@ -46,6 +46,11 @@ class DeviceProfile:
         if self.max_batch < 1:
             raise ValueError(f"device {self.device_id!r}: max_batch must be at least 1, got {self.max_batch}")
 
+    @classmethod
+    def measured(cls, device_id: str, steps, concurrent: bool) -> "DeviceProfile":
+        """A device's profile from its step timings: the largest batch timed is its max_batch."""
+        return cls(device_id, tuple(steps), max(t.batch_size for t in steps), concurrent)
+
     @property
     def best(self) -> StepTiming:
         return max(self.steps, key=lambda s: s.samples_per_s)

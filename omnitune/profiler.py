@@ -30,11 +30,6 @@ from omnitune.runtime.profile_worker import ProfileJob, main as worker_main
 from omnitune.runtime.topology import placed_nodes
 
 
-def device_profile(device_id: str, steps: list[StepTiming], concurrent: bool) -> DeviceProfile:
-    return DeviceProfile(device_id=device_id, steps=tuple(steps),
-                         max_batch=max(t.batch_size for t in steps), concurrent=concurrent)
-
-
 def host_facts() -> HostFacts:
     cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) \
         if torch.cuda.is_available() else ()
@@ -83,7 +78,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         by_rank = {r["rank"]: r for r in gathered}
         for r in by_rank.values():
             if "device_id" in r:
-                devices[r["device_id"]] = device_profile(r["device_id"], r["steps"], concurrent=True)
+                devices[r["device_id"]] = DeviceProfile.measured(r["device_id"], r["steps"], concurrent=True)
         link_kind = "tcp-gloo" if any(not is_loopback(n.host) for n in everyone) else "loopback-gloo"
         network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
                           p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
@@ -95,7 +90,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
             if key not in alike:
                 progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
                 alike[key] = measure_alone(wl, train, device, settings)
-            devices[device.id] = device_profile(device.id, alike[key], False)
+            devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
     return Profile(
         schema_version=PROFILE_SCHEMA, workload=workload_spec,
         model_params=sum(p.numel() for p in model.parameters()),

@@ -170,7 +170,7 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     base = next((s for s in job.calibration_specs if s.variant.has_server), None)
     if base is None or any(s is None for s in steps):
         return ()
-    devices = [DeviceProfile(d.id, tuple(s), max(t.batch_size for t in s), True) for d, s in zip(job.devices, steps)]
+    devices = [DeviceProfile.measured(d.id, s, concurrent=True) for d, s in zip(job.devices, steps)]
     placed = {i + 1: d.node for i, d in enumerate(job.devices)}
     out = []
     for v, groups, batch in speed_calibrations(devices, job.settings.calibrate_batches[0]):
@@ -180,28 +180,28 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     return tuple(out)
 
 
-def calibrate(job: ProfileJob, specs: tuple[RunSpec, ...], wl, train, test, store) -> list[Calibration]:
-    """Run each calibration spec as a real job for a moment; rank 0 reports seconds per update."""
+def calibrate(job: ProfileJob, by_speed: tuple[RunSpec, ...], wl, train, test, store) -> list[Calibration]:
+    """Run each calibration spec, the layout's and then those of groups formed by speed, as a real
+    job for a moment; rank 0 reports seconds per update."""
     out = []
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
-        for spec in specs:
+        for spec, speed in [(s, False) for s in job.calibration_specs] + [(s, True) for s in by_speed]:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
-            if summary is not None:
-                by_speed = spec not in job.calibration_specs
-                out.append(Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
-                                       batch_size=job.settings.calibrate_batches[0] if by_speed
-                                       else spec.batch_size[spec.devices[0].id],
-                                       sec_per_iter=summary["measured_sec_per_iter"],
-                                       staleness=tuple(summary["staleness"]),
-                                       members=spec.groups if by_speed else (),
-                                       batches=tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups)
-                                       if by_speed else (),
-                                       balanced=spec.variant.balanced))
+            if summary is None:
+                continue
+            cal = Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
+                              batch_size=spec.batch_size[spec.devices[0].id],
+                              sec_per_iter=summary["measured_sec_per_iter"], staleness=tuple(summary["staleness"]))
+            if speed:
+                cal = replace(cal, batch_size=job.settings.calibrate_batches[0], members=spec.groups,
+                              batches=tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups),
+                              balanced=spec.variant.balanced)
+            out.append(cal)
     return out
 
 
@@ -230,9 +230,8 @@ def main(job: ProfileJob) -> list[dict] | None:
         if rank == 0:
             result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
         steps = [None] * dist.get_world_size()
-        dist.all_gather_object(steps, result.get("steps"))
-        dist.barrier()
-        calibration = calibrate(job, job.calibration_specs + speed_specs(job, steps[1:]), wl, train, test, store)
+        dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
+        calibration = calibrate(job, speed_specs(job, steps[1:]), wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration
         everyone = [None] * dist.get_world_size() if rank == 0 else None
