@@ -42,6 +42,7 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
     sent_from = G.clone()                                       # L when the change in flight was taken
     msg = torch.zeros(S + 3)                                    # [change (S) | loss | count | stop]
     work, stop, iterations, sent_at = None, 0.0, ctx.start.iteration, 0
+    final, final_at = G, iterations
     overlapped = syncs = 0
     n = len(role.group_ranks)
     # The merged change is the replicas' mean weighted by their samples (equal batches: plain mean).
@@ -66,13 +67,15 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
                 if monitor.due(iterations):
                     set_state(shadow, G)
                 stop = float(monitor.check(shadow, iterations))
+                if stop:                                        # the run's model is the one judged,
+                    final, final_at = G.clone(), iterations     # not the next merge past it
         msg[:S] = (L - G) * weight
         msg[S], msg[S + 1], msg[S + 2] = loss, 1.0, stop
         sent_from, sent_at = L, iterations
         work = dist.all_reduce(msg, group=group, async_op=True)
     if monitor:
-        set_state(model, G)
-        return ctx.finish(monitor, opt, iterations, [iterations],
+        set_state(model, final)
+        return ctx.finish(monitor, opt, final_at, [final_at],
                           stats={"overlapped_fraction": overlapped / max(syncs, 1)})
     return None
 
