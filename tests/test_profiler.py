@@ -1,6 +1,8 @@
 from omnitune import profiler
 from omnitune.cluster import local_cluster
-from omnitune.runtime.profile_worker import message_sizes, p2p_partner
+from omnitune.profile import StepTiming
+from omnitune.runtime.measure import Settings
+from omnitune.runtime.profile_worker import ProfileJob, message_sizes, p2p_partner, sized_specs
 from omnitune.runtime.topology import Node
 
 
@@ -24,6 +26,25 @@ def test_calibration_runs_every_variant_the_planner_may_choose():
     assert all(s.target_accuracy is None for s in specs)         # they train for their time
     server_only = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (8,), server_only=True)
     assert server_only and all(s.variant.has_server for s in server_only)
+
+
+def test_the_larger_calibration_batch_is_cut_to_what_a_job_can_time_several_updates_of():
+    cluster = local_cluster(cpu_count=2, cuda_count=0)
+    specs = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (16, 128))
+    job = ProfileJob("lenet-digits", None, cluster.layout("one-per-core"), Settings(calibrate_s=0.4),
+                     calibration_specs=specs)
+
+    def steps(per_sample_s: float) -> list[StepTiming]:
+        return [StepTiming(b, b * per_sample_s, 1 / per_sample_s) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+
+    def batches(*devices) -> set[int]:
+        return {b for s in sized_specs(job, list(devices)) for b in s.batch_size.values()}
+
+    assert batches(steps(1e-5), steps(2e-5)) == {16, 128}           # fast steps: batch 128 fits 8 updates
+    # The slower device decides: 8 updates of 0.03 s fit 0.4 s at batch 32, not at 64.
+    assert batches(steps(1e-5), steps(1e-3)) == {16, 32}
+    assert batches(steps(1e-2), steps(1e-2)) == {16, 32}            # nothing fits: twice the smaller batch
+    assert sized_specs(job, [steps(1e-5), None]) == specs           # a device without timings: as planned
 
 
 def test_round_trips_cross_the_link_between_nodes_when_there_is_one():

@@ -162,6 +162,29 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
 CALIBRATION_TEST = 64
 
 
+CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger batch
+
+
+def sized_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
+    """The layout's calibration jobs, their larger batch cut to the largest that the measured
+    steps say a job times CALIBRATION_STEPS updates of in `calibrate_s`, and at least twice the
+    smaller batch, so that the two still fix a slope. A slow model's job at batch 128 saw two
+    updates, the first of them a warm-up, in four times the time of one at a smaller batch."""
+    small, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
+    if large <= small or any(s is None for s in steps):
+        return job.calibration_specs
+    slowest: dict[int, float] = {}
+    for timings in steps:
+        for t in timings:
+            slowest[t.batch_size] = max(slowest.get(t.batch_size, 0.0), t.sec_per_step)
+    everyone = set.intersection(*({t.batch_size for t in timings} for timings in steps))
+    fit = [b for b in everyone if 2 * small <= b <= large
+           and slowest[b] * CALIBRATION_STEPS <= job.settings.calibrate_s]
+    batch = max(fit, default=min(2 * small, large))
+    return tuple(replace(s, batch_size=dict.fromkeys(s.batch_size, batch)) if min(s.batch_size.values()) == large
+                 else s for s in job.calibration_specs)
+
+
 def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     """Calibration jobs of groups formed by speed (balance.speed_calibrations), from the step
     times every device of the layout just measured (the same on every rank), at the smallest
@@ -180,7 +203,8 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     return tuple(out)
 
 
-def calibrate(job: ProfileJob, by_speed: tuple[RunSpec, ...], wl, train, test, store) -> list[Calibration]:
+def calibrate(job: ProfileJob, layout: tuple[RunSpec, ...], by_speed: tuple[RunSpec, ...], wl, train, test,
+              store) -> list[Calibration]:
     """Run each calibration spec, the layout's and then those of groups formed by speed, as a real
     job for a moment; rank 0 reports seconds per update."""
     out = []
@@ -188,7 +212,7 @@ def calibrate(job: ProfileJob, by_speed: tuple[RunSpec, ...], wl, train, test, s
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
-        for spec, speed in [(s, False) for s in job.calibration_specs] + [(s, True) for s in by_speed]:
+        for spec, speed in [(s, False) for s in layout] + [(s, True) for s in by_speed]:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
@@ -231,7 +255,7 @@ def main(job: ProfileJob) -> list[dict] | None:
             result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
         steps = [None] * dist.get_world_size()
         dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
-        calibration = calibrate(job, speed_specs(job, steps[1:]), wl, train, test, store)
+        calibration = calibrate(job, sized_specs(job, steps[1:]), speed_specs(job, steps[1:]), wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration
         everyone = [None] * dist.get_world_size() if rank == 0 else None
