@@ -66,6 +66,18 @@ def test_a_device_is_left_out_only_where_the_hardware_model_runs_faster_without_
         assert all("samples per second without it" in why for why in idle.values())
 
 
+def test_balanced_batches_that_leave_a_device_all_but_idle_are_not_offered(sample_profile, tmp_path):
+    """On the [1, 1, 6]× cluster balanced sync would give the slow device 2 of 96 at batch 32
+    (the benchmark measured such a plan at twice the fastest device's time): no balanced setup
+    gives any device under a tenth of the nominal batch, and the subset without it is offered."""
+    setups = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1, 6]),
+                                        optimizer.Space(protocols=("sync",), batch_sizes=(8, 32)))
+    balanced = [s for s in setups if s.variant.balanced]
+    assert balanced and all(min(map(min, s.batches)) >= optimizer.MIN_BALANCED_SHARE * s.batch for s in balanced)
+    assert {s.batch for s in balanced} == {8}                    # at 32 the slow device would get 2
+    assert any(s.layout == "cluster less cpu2" and s.batch == 32 for s in setups)
+
+
 def test_cpus_beside_a_gpu_also_come_alone(sample_profile, tmp_path):
     prof = slowed(sample_profile, tmp_path, [1, 1, 0.1])
     gpu = dataclasses.replace(prof.cluster.devices[2], id="cuda0", kind="cuda", cuda_index=0)
@@ -98,7 +110,11 @@ def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
     same = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1]),
                                       optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
     plain = next(s for s in het if s.layout == "cluster" and not s.variant.balanced)
-    balanced = next(s for s in het if s.layout == "cluster" and s.variant.balanced)
+    # Balanced, 4× slower would get 1 of 64 (optimizer.MIN_BALANCED_SHARE): not offered; 1.5× is.
+    assert not any(s.variant.balanced for s in het if s.layout == "cluster")
+    balanced = next(s for s in optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1.5]),
+                                                          optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
+                    if s.layout == "cluster" and s.variant.balanced)
 
     def mean(h):
         return sum(k * n for k, n in enumerate(h)) / sum(h)

@@ -60,6 +60,9 @@ def test_batches_follow_throughput(tmp_path):
 
 def test_hpsgd_overlaps_communication_with_compute(tmp_path):
     s = run(tmp_path, "hpsgd", [["cpu0", "cpu1"]], momentum=0.5)
+    # The run's model is the merged one that reached the target, not the next merge past it
+    # (which once scored 0.83 against 0.9).
+    assert s.final_accuracy >= 0.9
     # Some all-reduces finished while the next forward/backward ran: they were in flight together.
     assert s.protocol_stats["overlapped_fraction"] > 0
     # Every merged change was taken one local step before it was merged.

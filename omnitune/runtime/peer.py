@@ -139,11 +139,13 @@ def train_gossip(ctx: Context, group) -> dict | None:
             # Only right after an averaging round: the state the coordinator keeps (eval_period).
             if not stopping and iterations % every == 0 and monitor.check(model, iterations):
                 board.call_stop()
-                stopping = True
+                stopping = True                 # the run's model is the one judged, not the
+                final, final_at = get_state(model, torch.empty(S)), iterations    # rounds after it
     stats = disagreement(model, group)
     stats.update(rounds=round_, peers=len(exchanges), exchanges=sum(exchanges.values()))
     if monitor:
-        return ctx.finish(monitor, opt, iterations, [iterations], stats=stats)
+        set_state(model, final)
+        return ctx.finish(monitor, opt, final_at, [final_at], stats=stats)
     return None
 
 
