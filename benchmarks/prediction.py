@@ -7,7 +7,7 @@ workloads), plan each configuration with its values pinned (so the prediction is
 exactly that configuration), probe it PREDICT_S longer for its time to target (`plan --predict-s`),
 run it with `omnitune run`, and compare. The minutes-long workloads' rows are out of sample: their
 per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
-calibration's (16, 128). Writes benchmarks/results/prediction.json (+ prediction.png).
+calibration's (16, and 32, 64 or 128: profile_worker.sized_specs). Writes benchmarks/results/prediction.json (+ prediction.png).
 """
 
 from __future__ import annotations
