@@ -160,8 +160,6 @@ def time_server_update(model: torch.nn.Module, repeats: int) -> float:
 
 
 CALIBRATION_TEST = 64
-
-
 CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger batch
 
 
