@@ -104,7 +104,7 @@ def speed_calibrations(devices: list[DeviceProfile], batch: int) \
         if not v.has_server:
             continue
         groups = protocols.by_speed(ids, fast, v.groups, v.balanced)
-        in_order = len(ids) % v.groups == 0 and {frozenset(g) for g in groups} == {frozenset(g) for g in v.group(ids)}
+        in_order = len(ids) % v.groups == 0 and protocols.same_groups(groups, v.group(ids))
         if v.balanced or not in_order:
             out.append((v, groups, device_batches(compute, v, groups, batch)))
     return out

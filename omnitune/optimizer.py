@@ -294,10 +294,9 @@ def measured_staleness(profile: Profile, shape: Shape, batch: int) -> tuple[int,
     groups (formed by speed or in order), balanced or not alike, at the batch nearest this one;
     () when there is none."""
     def same(c) -> bool:
-        ran = perfmodel.calibration_shape(profile, c)
         return (c.layout, c.protocol, c.groups) == (shape.layout, shape.variant.key, shape.variant.groups) \
             and bool(c.staleness) and c.balanced == shape.variant.balanced \
-            and {frozenset(g) for g in ran.groups} == {frozenset(g) for g in shape.groups}
+            and protocols.same_groups(perfmodel.calibration_shape(profile, c).groups, shape.groups)
     cals = [c for c in profile.calibration if same(c)]
     if not cals:
         return ()

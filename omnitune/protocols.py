@@ -67,6 +67,11 @@ def by_speed(device_ids: tuple[str, ...], speeds: dict[str, float], g: int, bala
     return tuple(tuple(m) for m in groups)
 
 
+def same_groups(a: tuple[tuple[str, ...], ...], b: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether two groupings put the same devices together, whatever their order."""
+    return {frozenset(g) for g in a} == {frozenset(g) for g in b}
+
+
 def sample_weights(batches: list[int]) -> list[float]:
     """Each replica's share of an average weighted by the samples it trained on (hpsgd's merged
     change, a gossip pair's mean): equal for equal batches."""
