@@ -28,6 +28,7 @@ SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
 SMALL_BUDGET_S = 6.0     # a quick search's probing, scouts included
 SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
 SCOUT_S = 1.5            # each scout probe trains about this long
+SCOUT_ITERS = 40         # and the reference setup lets it train at least this many iterations
 UNKNOWN_BUDGET_S = 15.0  # the budget, scouts included, when no scout can predict the training time
 MIN_PROBE_S = 0.5        # shorter probes say nothing about a learning rate
 MIN_PROBE_ITERS = 20     # nor do fewer iterations

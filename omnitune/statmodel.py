@@ -4,8 +4,13 @@ off a probe's accuracy curve. Pure: numpy and scipy.
 Notation:
     t        iterations: model updates, or with no server steps of every replica (the runtime's unit)
     a(t)     test accuracy after t iterations
-A probe that stops short of the target is extrapolated with a power law that levels off,
-1 - a(t) = floor + A t^(-c) (the plateau 1 - floor), with a band on the estimate.
+A probe that stops short of the target is extrapolated from its curve's recent part (past its first
+quarter) by two models that bracket what real curves do:
+- the pessimistic end: a power law that levels off, 1 - a(t) = floor + A t^(-c) (the plateau
+  1 - floor), whose progress slows for ever;
+- the optimistic end: the recent pace, log(1 - a(t)) falling linearly in t, as when a curve leaves a
+  plateau (teacher-mlp) or a BatchNorm network's accuracy jumps (shapes-resnet).
+The estimate is the band's middle on a log scale.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def iters_to_target(iters: np.ndarray, accuracy: np.ndarray, target: float) -> f
 @dataclass(frozen=True)
 class Plateau:
     """error(t) = floor + scale * t^(-c): a power law that levels off at `floor` (the accuracy
-    plateau 1 - floor), fitted to a curve past its first tenth; sigma = the residual spread."""
+    plateau 1 - floor), fitted to a curve past its first quarter; sigma = the residual spread."""
     floor: float
     scale: float
     c: float
@@ -50,11 +55,9 @@ class Plateau:
         """Least squares in the error; `floor=False` fixes the floor at 0 (a plain power law)."""
         from scipy.optimize import least_squares
 
-        iters, err = np.asarray(iters, float), 1.0 - np.asarray(accuracy, float)
-        keep = (iters >= iters.max() / 10) & (iters > 0)
-        if keep.sum() < 4 or np.ptp(err[keep]) <= 0:
+        t, e = recent(iters, accuracy)
+        if len(t) < 4 or np.ptp(e) <= 0:
             return None
-        t, e = iters[keep], err[keep]
         floor_hi = max(float(e.min()), 0.0) if floor else 0.0
 
         def resid(p):
@@ -63,7 +66,7 @@ class Plateau:
         lo, hi = [0.0, -30.0, 0.01], [max(floor_hi, 1e-12), 30.0, 3.0]
         r = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi))
         sigma = float(np.sqrt(np.sum(r.fun ** 2) / max(len(t) - 3, 1)))
-        return cls(float(r.x[0]), float(np.exp(r.x[1])), float(r.x[2]), sigma, float(iters.max()))
+        return cls(float(r.x[0]), float(np.exp(r.x[1])), float(r.x[2]), sigma, float(t.max()))
 
     def crossing(self, target: float, shift: float = 0.0) -> float | None:
         """Iteration where the fitted error (plus `shift`) falls to 1 - target; None when the
@@ -72,6 +75,27 @@ class Plateau:
         if gap <= 0 or self.c <= 0.02:
             return None
         return float((gap / self.scale) ** (-1.0 / self.c))
+
+
+def recent(iters, accuracy) -> tuple[np.ndarray, np.ndarray]:
+    """The part of a curve the extrapolations fit, as (iterations, error): past its first quarter,
+    where it shows its recent pace rather than its start's."""
+    iters, err = np.asarray(iters, float), 1.0 - np.asarray(accuracy, float)
+    keep = (iters >= iters.max() * RECENT) & (iters > 0)
+    return iters[keep], err[keep]
+
+
+def pace_crossing(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
+    """Where the error reaches 1 - target if it keeps falling by the same factor per iteration as
+    over the curve's recent part (log error linear in t, least squares): the band's optimistic end.
+    None when the recent error does not fall. A zero error counts as half a test sample wrong."""
+    t, e = recent(iters, accuracy)
+    if len(t) < 4:
+        return None
+    slope, at0 = np.polyfit(t, np.log(np.maximum(e, 0.5 / (test_size or 10_000))), 1)
+    if slope >= 0:
+        return None
+    return float(max((math.log(1.0 - target) - at0) / slope, t.max()))
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,7 @@ class Extrapolation:
     note: str
 
 
+RECENT = 0.25      # the extrapolations fit the curve past this fraction of its length
 EVIDENCE = 10.0    # an estimate further than this many probe lengths is flagged as beyond the evidence
 TOO_FAR = 100.0    # and one further than this is no estimate
 
@@ -93,20 +118,21 @@ BOOTSTRAP = 40     # refits on resampled curves, for the band
 def extrapolate(iters, accuracy, target: float, test_size: int | None = None) -> Extrapolation:
     """Iterations to target past the end of a probe's curve.
 
-    The estimate is the plateau fit's crossing. The band is the 10th to 90th percentile of the
-    crossings of refits to the fitted curve plus noise as large as the residuals (or the test
-    set's sampling spread, if larger): past the curve's end the floor and the exponent are
-    uncertain, and the band says how much. A refit whose plateau misses the target puts the
-    band's top at infinity. Past EVIDENCE probe lengths the top grows with the distance, since
-    nothing the probe saw bears on it. When the plateau lies below the target, there is no
-    estimate.
+    The pessimistic end is the plateau fit's crossing. Its uncertainty is the 10th to 90th
+    percentile of the crossings of refits to the fitted curve plus noise as large as the residuals
+    (or the test set's sampling spread, if larger); a refit whose plateau misses the target puts
+    the band's top at infinity. The optimistic end is the recent pace's crossing (pace_crossing).
+    The band runs from the lower of the two to the refits' top; the estimate is the geometric mean
+    of the two crossings. Trust is judged by the pessimistic end: past EVIDENCE probe lengths the
+    top grows with the distance, since nothing the probe saw bears on it; past TOO_FAR, or when the
+    plateau lies below the target, there is no estimate.
     """
     iters, accuracy = np.asarray(iters, float), np.asarray(accuracy, float)
     fit = Plateau.fit(iters, accuracy)
     if fit is None:
         return Extrapolation(None, None, math.inf, "too few points to fit")
-    t = fit.crossing(target)
-    if t is None:
+    slow = fit.crossing(target)
+    if slow is None:
         why = f"levels off at {1 - fit.floor:.3f}, below the target" if 1 - fit.floor <= target else "too flat"
         return Extrapolation(None, None, math.inf, why)
     spread = max(fit.sigma, math.sqrt(target * (1 - target) / test_size) if test_size else 0.0)
@@ -117,14 +143,16 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
         refit = Plateau.fit(iters, curve + rng.normal(0.0, spread, len(iters)))
         crossings.append((refit.crossing(target) if refit else None) or math.inf)
     lo, hi = ((float(np.percentile(crossings, 10, method="lower")), float(np.percentile(crossings, 90, method="higher")))
-              if spread > 0 else (t, t))
-    beyond = t / fit.last
+              if spread > 0 else (slow, slow))
+    beyond = slow / fit.last
     if beyond > TOO_FAR:
         return Extrapolation(None, None, beyond, f"extrapolates {beyond:.0f}× past the probe: too far to trust")
     if beyond > EVIDENCE:
-        hi = max(hi, t * beyond / EVIDENCE)
+        hi = max(hi, slow * beyond / EVIDENCE)
+    fast = min(pace_crossing(iters, accuracy, target, test_size) or slow, slow)
+    estimate = math.sqrt(fast * slow)
     note = "extrapolated" if beyond <= EVIDENCE else f"extrapolated {beyond:.0f}× past the probe: beyond its evidence"
-    return Extrapolation(t, (float(min(lo, t)), float(max(hi, t))), beyond, note)
+    return Extrapolation(estimate, (float(min(lo, fast)), float(max(hi, slow))), beyond, note)
 
 
 @dataclass(frozen=True)

@@ -285,10 +285,10 @@ def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
 
 
 def test_ranking_by_loss_skips_setups_too_slow_for_equal_training_time(sample_profile):
-    """A slow model (10 ms per sample): at the scouts' training time (batch 16) batch 64 would
+    """A slow model (2 ms per sample): at the scouts' training time (batch 16) batch 64 would
     train fewer than MIN_PROBE_ITERS iterations; floored there, it would train longer than the
     others and win on loss for that alone. It is not probed, and says why."""
-    steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.01 * t.batch_size, samples_per_s=100.0)
+    steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.002 * t.batch_size, samples_per_s=500.0)
                             for t in d.steps)
     slow = dataclasses.replace(sample_profile, devices=tuple(dataclasses.replace(d, steps=steps(d))
                                                              for d in sample_profile.devices), calibration=())
@@ -387,3 +387,22 @@ def test_the_plan_moves_fewer_bytes_per_sample_on_a_slow_link(sample_profile):
         chosen[mbit] = found.scored[0].config
     fast, slow = (bytes_per_sample(chosen[m], 1_326_120) for m in (100_000.0, 20.0))
     assert chosen[20.0] != chosen[100_000.0] and slow < fast, chosen
+
+
+def test_scouts_run_where_they_train_enough_iterations(sample_profile):
+    """The scouts' reference is the batch nearest the middle (16 here), unless a scout there would
+    train fewer than SCOUT_ITERS iterations: at 4 ms per sample, batch 16 gets 23 in SCOUT_S and
+    batch 8 gets 46, so the scouts run at 8."""
+    steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.004 * t.batch_size, samples_per_s=250.0)
+                            for t in d.steps)
+    slow = dataclasses.replace(sample_profile, devices=tuple(dataclasses.replace(d, steps=steps(d))
+                                                             for d in sample_profile.devices), calibration=())
+    seen = []
+
+    def recording(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        seen.append(cfg.batches)
+        r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+        return dataclasses.replace(r, train_loss=1.0, iters=max_iters, start_loss=2.3)
+    optimizer.search(slow, optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 16, 64)),
+                     recording)
+    assert seen[0] == ((8,),) and seen.count(((8,),)) >= budget.SCOUTS

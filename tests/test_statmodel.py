@@ -10,11 +10,14 @@ def test_iters_to_target_interpolates():
     assert statmodel.iters_to_target([10, 20], [0.9, 0.95], 0.8) == 10
 
 
-def test_extrapolation_recovers_a_power_law_that_levels_off():
+def test_extrapolation_brackets_a_power_law_that_levels_off():
     t = np.arange(10, 410, 10.0)
     acc = 1 - (0.05 + 2.0 * t ** -0.5)                    # plateau 0.95; truth at 0.9: (2 / 0.05) ** 2 = 1600
     fit = statmodel.extrapolate(t, acc, 0.9)
-    assert fit.iters == pytest.approx(1600, rel=0.05) and fit.band[0] <= fit.iters <= fit.band[1]
+    # The plateau fit recovers the law: the band's top. The recent pace, its optimistic bottom.
+    assert fit.band[1] == pytest.approx(1600, rel=0.05) and fit.band[0] < fit.iters < fit.band[1]
+    assert fit.band[0] == pytest.approx(statmodel.pace_crossing(t, acc, 0.9))
+    assert fit.iters == pytest.approx((fit.band[0] * fit.band[1]) ** 0.5)
     assert fit.note == "extrapolated" and fit.beyond == pytest.approx(4, rel=0.05)
     below = statmodel.extrapolate(t, acc, 0.97)           # above the plateau: no estimate
     assert below.iters is None and "levels off at 0.95" in below.note
@@ -28,7 +31,19 @@ def test_extrapolation_recovers_a_power_law_that_levels_off():
 def test_a_plain_power_law_is_not_mistaken_for_a_plateau():
     t = np.arange(10, 210, 10.0)
     fit = statmodel.extrapolate(t, 1 - 2.0 * t ** -0.5, 0.9)     # truth: (2 / 0.1) ** 2 = 400
-    assert fit.iters == pytest.approx(400, rel=0.05)
+    assert fit.band[1] == pytest.approx(400, rel=0.05) and fit.band[0] <= fit.iters <= fit.band[1]
+
+
+def test_a_curve_that_leaves_a_plateau_lies_inside_the_band_nearer_the_estimate_than_the_plateau_fit():
+    """Like teacher-mlp's: flat at first, then falling and slowing again. A power law fitted to it
+    is dragged flat by the start; the recent pace is not."""
+    t = np.arange(100, 4100, 100.0)
+    acc = 1 - (0.01 + 0.09 / (1 + (t / 3000) ** 2))
+    truth = 3000 * (0.09 / 0.015 - 1) ** 0.5                    # error 0.025 at about 6,700
+    fit = statmodel.extrapolate(t, acc, 0.975)
+    plateau_only = statmodel.Plateau.fit(t, acc).crossing(0.975)
+    assert fit.band[0] <= truth <= fit.band[1]
+    assert abs(np.log(fit.iters / truth)) < abs(np.log(plateau_only / truth)) and plateau_only > 1.5 * truth
 
 
 def test_band_widens_with_noise_and_past_the_evidence():
