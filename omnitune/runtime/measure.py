@@ -28,10 +28,10 @@ class Settings:
     """How hard to measure. `quick` trades precision for a run of a few seconds (tests)."""
     # A Settings travels to the profile's worker processes, so it stays a plain frozen value.
     max_batch: int = 512
-    max_step_s: float = 0.25    # stop growing the batch once one step takes longer
+    max_step_s: float = 0.15    # stop growing the batch once one step takes longer
     repeats: int = 7            # at most; a batch size's repeats stop after size_s (at least 3)
     size_s: float = 0.5
-    warmup: int = 2
+    warmup: int = 1
     link_repeats: int = 20
     calibrate_s: float = 0.4                 # each calibration job runs this long
     calibrate_batches: tuple[int, ...] = (16, 128)
