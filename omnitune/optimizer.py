@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from omnitune import budget as budget_mod, perfmodel, protocols, simulator, study as study_mod
-from omnitune.balance import device_batches
+from omnitune.balance import device_batches, wasted
 from omnitune.errors import UserError
 from omnitune.perfmodel import PerfModel, Shape
 from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
@@ -66,12 +66,6 @@ RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at e
 # fraction of both the best loss and the best's progress from the untrained loss is a tie, which
 # goes to the larger effective learning rate.
 LOSS_TIE = 0.10
-# A balanced batch below this share of the nominal batch keeps its device only to wait for it:
-# every step still waits for its all-reduce. Measured on the heterogeneous benchmark, balanced
-# sync at 127/1 and 47/47/2 (nominal 32) trained slower than the fastest device alone (1.8 s
-# against 1.4 s, 29 s against 14 s). They also kept the subset without that device from being
-# offered (`subsets` compares rates, and theirs matched it), so the planner chose them.
-MIN_BALANCED_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -201,8 +195,8 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
                   devices: tuple[str, ...], idle: tuple[tuple[str, str], ...] = ()) -> list[Setup]:
     """Every admitted variant × batch on these devices. On devices of unequal speed (beyond the
     profile's noise), groups are formed by speed and may differ in size, and every variant also
-    comes with balanced batches, unless they give a device under MIN_BALANCED_SHARE of the
-    nominal batch: it would be all but idle, and leaving it out is a subset of its own."""
+    comes with balanced batches, unless they give a device under balance.MIN_BALANCED_SHARE of
+    the nominal batch: it would be all but idle, and leaving it out is a subset of its own."""
     out = []
     het = heterogeneous(profile, devices)
     fast = speeds(profile, devices)
@@ -212,7 +206,7 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
         groups = protocols.by_speed(devices, fast, v.groups, v.balanced) if het else v.group(devices)
         for b in _batch_sizes(profile, devices, space):
             batch = device_batches(perf.compute, v, groups, b)
-            if v.balanced and min(batch.values()) < MIN_BALANCED_SHARE * b:
+            if wasted(v, batch, b):
                 continue
             sec, staleness = hardware(Shape(groups, batch, v, layout), b)
             batches = tuple(tuple(batch[d] for d in g) for g in groups)

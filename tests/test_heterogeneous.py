@@ -73,7 +73,7 @@ def test_balanced_batches_that_leave_a_device_all_but_idle_are_not_offered(sampl
     setups = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1, 6]),
                                         optimizer.Space(protocols=("sync",), batch_sizes=(8, 32)))
     balanced = [s for s in setups if s.variant.balanced]
-    assert balanced and all(min(map(min, s.batches)) >= optimizer.MIN_BALANCED_SHARE * s.batch for s in balanced)
+    assert balanced and all(min(map(min, s.batches)) >= balance.MIN_BALANCED_SHARE * s.batch for s in balanced)
     assert {s.batch for s in balanced} == {8}                    # at 32 the slow device would get 2
     assert any(s.layout == "cluster less cpu2" and s.batch == 32 for s in setups)
 
@@ -110,7 +110,7 @@ def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
     same = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1]),
                                       optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
     plain = next(s for s in het if s.layout == "cluster" and not s.variant.balanced)
-    # Balanced, 4× slower would get 1 of 64 (optimizer.MIN_BALANCED_SHARE): not offered; 1.5× is.
+    # Balanced, 4× slower would get 1 of 64 (balance.MIN_BALANCED_SHARE): not offered; 1.5× is.
     assert not any(s.variant.balanced for s in het if s.layout == "cluster")
     balanced = next(s for s in optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1.5]),
                                                           optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
@@ -163,19 +163,22 @@ def test_the_plan_names_its_idle_devices(sample_profile, tmp_path):
 
 def test_calibration_jobs_cover_groups_formed_by_speed(sample_profile, tmp_path):
     """The profile's extra calibration jobs on devices of unequal speed: the server protocols'
-    groups by speed and balanced batches, as the planner forms them; none on alike devices, and
-    none that repeat an in-order job."""
+    groups by speed and balanced batches, as the planner forms them; none on alike devices, none
+    that repeat an in-order job, and none with balanced batches the planner would not offer."""
     assert balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 1]).devices), 16) == []
-    pair = balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16)
+    pair = balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 1.5]).devices), 16)
     assert {v for v, _, _ in pair} == {Groups(g=2, balanced=True), SoftSync(learners=2, n=1, balanced=True),
                                         SoftSync(learners=2, n=2, balanced=True)}
     assert all(b["cpu0"] > 2 * b["cpu1"] and b["cpu0"] + b["cpu1"] == 32 for _, _, b in pair)
+    # 4× slower: balanced, the slow device would get under a tenth of the batch (balance.wasted).
+    assert balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16) == []
     prof = slowed(sample_profile, tmp_path, [1, 1, 6])
     three = {v: (groups, b) for v, groups, b in balance.speed_calibrations(list(prof.devices), 16)}
-    assert three[Groups(g=2)] == ((("cpu0", "cpu1"), ("cpu2",)), {d: 16 for d in ids(3)})   # no in-order job: 3 % 2
     fast = optimizer.speeds(prof, ids(3))
-    assert three[Groups(g=2, balanced=True)][0] == protocols.by_speed(ids(3), fast, 2, True)
-    assert Groups(g=3) not in three and Groups(g=3, balanced=True) in three       # g = 3 in order: its own job
+    assert three[Groups(g=2)] == (protocols.by_speed(ids(3), fast, 2, False), {d: 16 for d in ids(3)})
+    assert three[Groups(g=2)][0] == (("cpu0", "cpu1"), ("cpu2",))        # no in-order job: 3 % 2
+    assert Groups(g=3) not in three                                    # g = 3 in order: its own job
+    assert not any(v.balanced for v in three)                          # the 6× device's share is wasted
 
 
 def test_the_plan_takes_staleness_from_the_job_of_its_own_groups(sample_profile, tmp_path):
