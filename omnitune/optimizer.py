@@ -270,11 +270,11 @@ def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...],
     return every * variant.samples_per_update(batches) / sum(map(sum, batches))
 
 
-def eval_cost(setups: list[Setup]) -> float:
-    """Seconds a probe's test evaluation takes: a forward pass over PROBE_TEST samples, about half
+def eval_cost(setups: list[Setup], test_size: int) -> float:
+    """Seconds a probe's test evaluation takes: a forward pass over `test_size` samples, about half
     a training step's time per sample (from the profile, at the cheapest per sample)."""
     per_sample = min(s.probe_sec_per_iter / s.variant.samples_per_update(s.batches) for s in setups)
-    return budget_mod.PROBE_TEST * per_sample / 2
+    return test_size * per_sample / 2
 
 
 def heterogeneous(profile: Profile, devices: tuple[str, ...], z: float = perfmodel.NOISE_Z) -> bool:
@@ -359,7 +359,7 @@ class OmnivoreLoop:
         self.start = time.perf_counter()
         # Probes report accuracy on a shared clock of predicted training time (for the pruner).
         self.tick_s = min(s.sec_per_iter for s in setups) * 50
-        self.eval_s = eval_cost(setups)
+        self.eval_s = eval_cost(setups, getattr(prober, "test_size", budget_mod.PROBE_TEST))
 
     def run(self) -> list[Scored]:
         root, ladders = protocols.ladders(list(dict.fromkeys(s.variant for s in self.setups)))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from omnitune import replan, statmodel, workload as workload_mod
-from omnitune.budget import EVALS, PROBE_TEST
+from omnitune.budget import EVALS, probe_test_size
 from omnitune.emulator import emulator
 from omnitune.runspec import RunSpec
 from omnitune.runtime.flat import momentum_vector
@@ -108,15 +108,17 @@ def eval_schedule(max_iters: int, evals: int) -> list[int]:
 
 def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
     """A prober for the optimizer: (config, max_iters, max_seconds, on_eval, evals) -> ProbeResult
-    on this workload. It evaluates on the test set's first PROBE_TEST samples, at most `evals`
-    times (eval_schedule; the optimizer picks `evals` so evaluating stays cheap)."""
+    on this workload. It evaluates on the test set's first probe_test_size samples (its
+    `test_size`), at most `evals` times (eval_schedule; the optimizer picks `evals` so evaluating
+    stays cheap)."""
     train, test = wl.build_datasets(data_dir, seed)
-    test = first(test, PROBE_TEST)
+    test = first(test, probe_test_size(target, len(test)))
 
     def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False,
                evals: int = EVALS) -> ProbeResult:
         return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, on_eval=on_eval,
                          schedule=eval_schedule(max_iters, evals))
+    prober.test_size = len(test)
     return prober
 
 

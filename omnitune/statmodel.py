@@ -10,7 +10,8 @@ quarter) by two models that bracket what real curves do:
   1 - floor), whose progress slows for ever;
 - the optimistic end: the recent pace, log(1 - a(t)) falling linearly in t, as when a curve leaves a
   plateau (teacher-mlp) or a BatchNorm network's accuracy jumps (shapes-resnet).
-The estimate is the band's middle on a log scale.
+The estimate lies between them on a log scale, nearer the one that forecast the curve's own last
+third better.
 """
 
 from __future__ import annotations
@@ -85,17 +86,41 @@ def recent(iters, accuracy) -> tuple[np.ndarray, np.ndarray]:
     return iters[keep], err[keep]
 
 
+def pace_line(t: np.ndarray, e: np.ndarray, test_size: int | None = None) -> tuple[float, float]:
+    """log error against t, least squares: (slope, intercept). A zero error counts as half a test
+    sample wrong."""
+    slope, at0 = np.polyfit(t, np.log(np.maximum(e, 0.5 / (test_size or 10_000))), 1)
+    return float(slope), float(at0)
+
+
 def pace_crossing(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
     """Where the error reaches 1 - target if it keeps falling by the same factor per iteration as
-    over the curve's recent part (log error linear in t, least squares): the band's optimistic end.
-    None when the recent error does not fall. A zero error counts as half a test sample wrong."""
+    over the curve's recent part (log error linear in t): the band's optimistic end. None when the
+    recent error does not fall."""
     t, e = recent(iters, accuracy)
     if len(t) < 4:
         return None
-    slope, at0 = np.polyfit(t, np.log(np.maximum(e, 0.5 / (test_size or 10_000))), 1)
+    slope, at0 = pace_line(t, e, test_size)
     if slope >= 0:
         return None
     return float(max((math.log(1.0 - target) - at0) / slope, t.max()))
+
+
+def backtest(iters, accuracy, test_size: int | None = None) -> tuple[float, float] | None:
+    """How well each end of the band forecast the curve's own last HELD_OUT: both models fitted to
+    the curve before it, their mean |log error ratio| over it, as (plateau, pace). None when
+    either part has too few points."""
+    iters, accuracy = np.asarray(iters, float), np.asarray(accuracy, float)
+    before = iters <= iters.max() * (1.0 - HELD_OUT)
+    t, e = recent(iters[before], accuracy[before])
+    fit = Plateau.fit(iters[before], accuracy[before])
+    if fit is None or len(t) < 4 or (~before).sum() < 3:
+        return None
+    held, floor = iters[~before], 0.5 / (test_size or 10_000)
+    seen = np.log(np.maximum(1.0 - accuracy[~before], floor))
+    slope, at0 = pace_line(t, e, test_size)
+    plateau = np.log(np.maximum(fit.floor + fit.scale * held ** -fit.c, floor))
+    return float(np.mean(np.abs(plateau - seen))), float(np.mean(np.abs(at0 + slope * held - seen)))
 
 
 @dataclass(frozen=True)
@@ -108,6 +133,7 @@ class Extrapolation:
 
 
 RECENT = 0.25      # the extrapolations fit the curve past this fraction of its length
+HELD_OUT = 1 / 3   # the estimate weighs them by how well they forecast this last part of it
 EVIDENCE = 10.0    # an estimate further than this many probe lengths is flagged as beyond the evidence
 TOO_FAR = 100.0    # and one further than this is no estimate
 
@@ -122,8 +148,10 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     percentile of the crossings of refits to the fitted curve plus noise as large as the residuals
     (or the test set's sampling spread, if larger); a refit whose plateau misses the target puts
     the band's top at infinity. The optimistic end is the recent pace's crossing (pace_crossing).
-    The band runs from the lower of the two to the refits' top; the estimate is the geometric mean
-    of the two crossings. Trust is judged by the pessimistic end: past EVIDENCE probe lengths the
+    The band runs from the lower of the two to the refits' top. The estimate is a weighted
+    geometric mean of the two crossings, each weighted by the inverse square of its model's
+    forecast error on the curve's last third (backtest; equal weights without one): teacher-mlp's
+    curve keeps its recent pace and its power law bends too soon. Trust is judged by the pessimistic end: past EVIDENCE probe lengths the
     top grows with the distance, since nothing the probe saw bears on it; past TOO_FAR, or when the
     plateau lies below the target, there is no estimate.
     """
@@ -150,7 +178,8 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     if beyond > EVIDENCE:
         hi = max(hi, slow * beyond / EVIDENCE)
     fast = min(pace_crossing(iters, accuracy, target, test_size) or slow, slow)
-    estimate = math.sqrt(fast * slow)
+    w_slow, w_fast = (1.0 / max(err, 1e-3) ** 2 for err in (backtest(iters, accuracy, test_size) or (1.0, 1.0)))
+    estimate = math.exp((w_slow * math.log(slow) + w_fast * math.log(fast)) / (w_slow + w_fast))
     note = "extrapolated" if beyond <= EVIDENCE else f"extrapolated {beyond:.0f}× past the probe: beyond its evidence"
     return Extrapolation(estimate, (float(min(lo, fast)), float(max(hi, slow))), beyond, note)
 

@@ -45,3 +45,10 @@ def test_evaluations_stay_a_small_share_of_a_probe():
     few = budget.evaluations(8.0, eval_s=0.1)
     assert 2 < few < budget.EVALS and few * 0.1 <= budget.EVAL_SHARE * 8.0
     assert budget.evaluations(10.0, 0.001, most=budget.RANKING_EVALS) == budget.RANKING_EVALS
+
+
+def test_a_high_target_is_probed_on_more_of_the_test_set():
+    assert budget.probe_test_size(0.8, 1000) == budget.PROBE_TEST
+    assert budget.probe_test_size(0.95, 5000) == 1000                 # 50 errors at 5%
+    assert budget.probe_test_size(0.985, 2000) == 2000                # teacher-mlp: its whole test set
+    assert budget.probe_test_size(0.9, 300) == 300                    # never more than there is

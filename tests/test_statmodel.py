@@ -17,7 +17,8 @@ def test_extrapolation_brackets_a_power_law_that_levels_off():
     # The plateau fit recovers the law: the band's top. The recent pace, its optimistic bottom.
     assert fit.band[1] == pytest.approx(1600, rel=0.05) and fit.band[0] < fit.iters < fit.band[1]
     assert fit.band[0] == pytest.approx(statmodel.pace_crossing(t, acc, 0.9))
-    assert fit.iters == pytest.approx((fit.band[0] * fit.band[1]) ** 0.5)
+    # The curve is the plateau law itself, which forecasts its own last third exactly: the estimate is its crossing.
+    assert fit.iters == pytest.approx(1600, rel=0.05)
     assert fit.note == "extrapolated" and fit.beyond == pytest.approx(4, rel=0.05)
     below = statmodel.extrapolate(t, acc, 0.97)           # above the plateau: no estimate
     assert below.iters is None and "levels off at 0.95" in below.note
@@ -44,6 +45,19 @@ def test_a_curve_that_leaves_a_plateau_lies_inside_the_band_nearer_the_estimate_
     plateau_only = statmodel.Plateau.fit(t, acc).crossing(0.975)
     assert fit.band[0] <= truth <= fit.band[1]
     assert abs(np.log(fit.iters / truth)) < abs(np.log(plateau_only / truth)) and plateau_only > 1.5 * truth
+
+
+def test_the_estimate_leans_to_the_model_that_forecast_the_curves_last_third():
+    """A curve that keeps its pace (error falling by a fixed factor per iteration): the pace's
+    forecast of the held-out third is exact, the power law's is not, so the estimate is the pace's
+    crossing, not the band's middle."""
+    t = np.arange(100, 4100, 100.0)
+    acc = 1 - 0.2 * np.exp(-t / 2000)
+    truth = 2000 * np.log(0.2 / 0.01)                            # error 0.01 at about 6,000
+    plateau_err, pace_err = statmodel.backtest(t, acc)
+    assert pace_err < 0.01 < plateau_err
+    fit = statmodel.extrapolate(t, acc, 0.99)
+    assert fit.iters == pytest.approx(truth, rel=0.05) and fit.band[1] > 1.2 * truth
 
 
 def test_band_widens_with_noise_and_past_the_evidence():
