@@ -5,7 +5,8 @@
 For several configurations on this machine (sync and groups, g = 1 and 2, several batch sizes, four
 workloads), plan each configuration with its values pinned (so the prediction is the model's for
 exactly that configuration), probe it PREDICT_S longer for its time to target (`plan --predict-s`),
-run it with `omnitune run`, and compare. The minutes-long workloads' rows are out of sample: their
+run it once per seed (three seeds; the measured figures are the runs' medians, a run that misses
+the target counting as its cap), and compare. The minutes-long workloads' rows are out of sample: their
 per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
 calibration's (16, and 32, 64 or 128: profile_worker.sized_specs). Writes benchmarks/results/prediction.json (+ prediction.png).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,6 +47,7 @@ QUICK = [c for i, c in enumerate(CONFIGS) if i in (0, 1, 3, 5, 7, 8)]
 LONG = ("shapes-resnet", "teacher-mlp")       # out of sample; goals 10% (sec/iter) and 25% (time)
 PREDICT_S = 30.0                              # the longer probe of each configuration
 MAX_RUN_S = {"shapes-resnet": 300.0, "teacher-mlp": 300.0}
+SEEDS = (0, 1, 2)                             # each configuration runs once per seed (--quick: the first)
 
 
 def pct_err(predicted: float | None, measured: float | None) -> float | None:
@@ -53,7 +56,9 @@ def pct_err(predicted: float | None, measured: float | None) -> float | None:
     return 100.0 * abs(predicted - measured) / measured
 
 
-def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
+def run_config(cfg, prof_path: Path, prof, work: Path, i: int, seeds: tuple[int, ...]) -> dict:
+    """Plan the configuration with its values pinned, then run it once per seed: the measured
+    figures are the runs' medians (a run that misses the target counts as its cap)."""
     name, target, layout, protocol, g, batch, lr = cfg
     wl = workload.load(name)
     space = optimizer.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
@@ -61,22 +66,30 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int) -> dict:
     found = optimizer.predict(optimizer.search(prof, space, prober), prober, PREDICT_S)
     plan = optimizer.build_plan(found, prof, str(prof_path), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
-    plan_path = work / f"plan{i}.json"
-    plan_mod.save(plan, plan_path)
-    s = job.run(str(plan_path), str(work / f"run{i}"), max_time_s=MAX_RUN_S.get(name, 120.0))
+    plan_mod.save(plan, work / f"plan{i}.json")
+    cap = MAX_RUN_S.get(name, 120.0)
+    runs = [job.run_spec(replace(plan.spec, seed=seed), str(work / f"run{i}-{seed}"), max_time_s=cap) for seed in seeds]
+    reached = [s for s in runs if s.reached_target]
+    med = lambda xs: statistics.median(xs) if xs else None
+    sec = med([s.measured_sec_per_iter for s in runs])
+    times = [s.time_to_target_s if s.reached_target else cap for s in runs]
+    iters = med([s.iterations for s in reached]) if len(reached) * 2 > len(runs) else None
     p = plan.prediction
     band = plan.candidates[0].iters_band
+    holds = [band_holds(band, s.iterations) for s in reached]
     return {"workload": name, "target": target, "layout": layout, "protocol": protocol, "groups": g,
-            "batch": batch, "lr": lr, "momentum": plan.spec.momentum,
-            "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": s.measured_sec_per_iter,
-            "predicted_iters": p.iters_to_target, "measured_iters": s.iterations,
-            "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": s.time_to_target_s,
-            "sec_per_iter_pct_err": pct_err(p.sec_per_iter, s.measured_sec_per_iter),
-            "time_to_target_pct_err": pct_err(p.time_to_target_s, s.time_to_target_s),
-            "iters_band": list(band), "band_holds": band_holds(band, s.iterations if s.reached_target else None),
+            "batch": batch, "lr": lr, "momentum": plan.spec.momentum, "repeats": len(runs),
+            "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": sec,
+            "sec_per_iter_spread": [min(s.measured_sec_per_iter for s in runs), max(s.measured_sec_per_iter for s in runs)],
+            "predicted_iters": p.iters_to_target, "measured_iters": iters,
+            "predicted_time_to_target_s": p.time_to_target_s, "measured_time_to_target_s": med(times),
+            "time_to_target_spread": [min(times), max(times)], "reached": f"{len(reached)} of {len(runs)}",
+            "sec_per_iter_pct_err": pct_err(p.sec_per_iter, sec),
+            "time_to_target_pct_err": pct_err(p.time_to_target_s, med(times)) if iters else None,
+            "iters_band": list(band), "band_holds": (sum(holds) * 2 > len(holds)) if holds and band else None,
+            "band_holds_runs": f"{sum(bool(h) for h in holds)} of {len(holds)}",
             "out_of_sample": name in LONG, "probe_note": plan.candidates[0].note,
-            "mean_staleness": s.mean_staleness}
-
+            "mean_staleness": med([s.mean_staleness for s in runs])}
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -106,7 +119,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="six configurations, quick profiles")
+    parser.add_argument("--quick", action="store_true", help="six configurations, quick profiles, one run each")
     args = parser.parse_args()
     configs = QUICK if args.quick else CONFIGS
     rows = []
@@ -118,7 +131,8 @@ def main() -> None:
             profile_mod.save(prof, work / f"{name}.json")
             profiles[name] = prof
         for i, cfg in enumerate(configs):
-            rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i))
+            rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i,
+                                   SEEDS[:1] if args.quick else SEEDS))
             print_rows("so far", rows[-1:], list(rows[-1]))
     def med(key: str, which=lambda r: True) -> float | None:
         xs = [r[key] for r in rows if r[key] is not None and which(r)]

@@ -151,8 +151,7 @@ class Context:
             predicted_sec_per_iter=job.predicted_sec_per_iter,
             planning_s=job.planning_s,
             planning_probes=job.planning_probes,
-            measured_sec_per_iter=(wall - monitor.eval_s - self.start.train_s)
-            / max(iterations - self.start.iteration, 1),
+            measured_sec_per_iter=monitor.sec_per_iter(iterations, wall, (self.start.iteration, self.start.train_s)),
             wall_s=wall,
             eval_s=monitor.eval_s,
             plan=job.plan_path,

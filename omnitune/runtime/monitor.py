@@ -49,6 +49,7 @@ class Monitor:
     max_iters: int = 0                        # > 0: stop at this many iterations
     record: int = 0                           # keep the model's weights after each of the first this many checks
     trajectory: list = field(default_factory=list)
+    warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -68,6 +69,8 @@ class Monitor:
     def check(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> bool:
         """Evaluate if due; return True when the run should stop (target reached, out of time or
         of iterations)."""
+        if self.warm is None:
+            self.warm = (iteration, self.elapsed() - self.eval_s)
         if len(self.trajectory) < self.record:
             self.trajectory.append(get_params(model, torch.empty(num_params(model))).cpu())
         now = self.elapsed()
@@ -81,6 +84,14 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         return (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
                 or 0 < self.max_iters <= iteration)
+
+    def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
+        """Training seconds per iteration past the first check, which ends the warm-up step (a
+        process's first step builds its kernels: shapes-resnet's took 44 ms, the next 26, and a
+        0.4 s calibration job times only a dozen) up to `wall`; from `since` (iteration, training
+        seconds: where this start of the job began) if nothing followed it."""
+        first = self.warm if self.warm and iterations > self.warm[0] else since
+        return (wall - self.eval_s - first[1]) / max(iterations - first[0], 1)
 
     def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
         wall = self.elapsed()

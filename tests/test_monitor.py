@@ -1,0 +1,16 @@
+import pytest
+
+from omnitune.runtime.monitor import Monitor
+
+
+def test_seconds_per_iteration_leave_out_the_warm_up_step(tmp_path):
+    m = Monitor(workload=None, test=None, target=1.0, max_time_s=1e9, eval_every_s=1e9,
+                metrics_path=tmp_path / "metrics.jsonl", next_eval=float("inf"))
+    m.start -= 0.05                                  # the first step took 50 ms
+    assert not m.check(None, 1)
+    first_s = m.warm[1]
+    assert m.warm[0] == 1 and first_s >= 0.05
+    # Ten more steps of 10 ms each: 10 ms per iteration, not (first_s + 0.1) / 11.
+    assert m.sec_per_iter(11, first_s + 0.1, since=(0, 0.0)) == pytest.approx(0.01)
+    # Nothing after the first check: counted from where this start of the job began.
+    assert m.sec_per_iter(1, first_s, since=(0, 0.0)) == pytest.approx(first_s)
