@@ -14,3 +14,16 @@ def test_seconds_per_iteration_leave_out_the_warm_up_step(tmp_path):
     assert m.sec_per_iter(11, first_s + 0.1, since=(0, 0.0)) == pytest.approx(0.01)
     # Nothing after the first check: counted from where this start of the job began.
     assert m.sec_per_iter(1, first_s, since=(0, 0.0)) == pytest.approx(first_s)
+
+
+def test_a_run_that_goes_on_past_its_judged_model_is_timed_to_the_stopping_check(tmp_path):
+    m = Monitor(workload=None, test=None, target=1.0, max_time_s=0.0, eval_every_s=1e9,
+                metrics_path=tmp_path / "metrics.jsonl", next_eval=float("inf"))
+    m.warm = (0, 0.0)
+    assert m.check(None, 8)                          # out of time at iteration 8
+    stop_s = m.stop[1]
+    assert m.stop[0] == 8
+    # Gossip ends with the model judged at 8, but its workers ran on for 12 more steps (1 s).
+    assert m.sec_per_iter(8, stop_s + 1.0, since=(0, 0.0)) == pytest.approx(stop_s / 8)
+    # Sync stops one iteration later: counted to the end.
+    assert m.sec_per_iter(9, stop_s + 0.01, since=(0, 0.0)) == pytest.approx((stop_s + 0.01) / 9)

@@ -50,6 +50,7 @@ class Monitor:
     record: int = 0                           # keep the model's weights after each of the first this many checks
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
+    stop: tuple[int, float] | None = None     # and at the check that ended the run
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -82,16 +83,23 @@ class Monitor:
         if self.eval_due(iteration):
             self.evaluate(model, iteration, extra)
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
-        return (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
+        done = (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
                 or 0 < self.max_iters <= iteration)
+        if done and self.stop is None:
+            self.stop = (iteration, self.elapsed() - self.eval_s)
+        return done
 
     def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
         """Training seconds per iteration past the first check, which ends the warm-up step (a
         process's first step builds its kernels: shapes-resnet's took 44 ms, the next 26, and a
-        0.4 s calibration job times only a dozen) up to `wall`; from `since` (iteration, training
-        seconds: where this start of the job began) if nothing followed it."""
+        0.4 s calibration job times only a dozen), from `since` (iteration, training seconds: where
+        this start of the job began) if nothing followed it; up to `wall`, or up to the stopping
+        check when the run's model is the one it judged (gossip's workers go on for three rounds
+        past it, so that all agree on a last one: a 0.4 s calibration job of shapes-resnet at
+        batch 32 ran 1.25 s, and counted all of it against the judged iterations)."""
         first = self.warm if self.warm and iterations > self.warm[0] else since
-        return (wall - self.eval_s - first[1]) / max(iterations - first[0], 1)
+        end = self.stop[1] if self.stop and self.stop[0] == iterations else wall - self.eval_s
+        return (end - first[1]) / max(iterations - first[0], 1)
 
     def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
         wall = self.elapsed()
