@@ -1,6 +1,6 @@
 """How right is the prediction? Predicted vs measured seconds per iteration and time to target.
 
-    python -m benchmarks.prediction [--quick]
+    python -m benchmarks.prediction [--quick] [--only NAME ...]
 
 For several configurations on this machine (sync and groups, g = 1 and 2, several batch sizes, four
 workloads), plan each configuration with its values pinned (so the prediction is the model's for
@@ -8,12 +8,15 @@ exactly that configuration), probe it PREDICT_S longer for its time to target (`
 run it once per seed (three seeds; the measured figures are the runs' medians, a run that misses
 the target counting as its cap), and compare. The minutes-long workloads' rows are out of sample: their
 per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
-calibration's (16, and 32, 64 or 128: profile_worker.sized_specs). Writes benchmarks/results/prediction.json (+ prediction.png).
+calibration's (16, and 32, 64 or 128: profile_worker.sized_specs). `--only NAME` measures that
+workload's rows again and keeps the others from the last full run (marked `kept`). Writes
+benchmarks/results/prediction.json (+ prediction.png).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 from dataclasses import replace
@@ -120,8 +123,10 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="six configurations, quick profiles, one run each")
+    parser.add_argument("--only", action="append", choices=sorted({c[0] for c in CONFIGS}),
+                        help="measure this workload's rows again (repeatable); keep the others' from the last full run")
     args = parser.parse_args()
-    configs = QUICK if args.quick else CONFIGS
+    configs = [c for c in (QUICK if args.quick else CONFIGS) if not args.only or c[0] in args.only]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -134,6 +139,9 @@ def main() -> None:
             rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i,
                                    SEEDS[:1] if args.quick else SEEDS))
             print_rows("so far", rows[-1:], list(rows[-1]))
+    if args.only:
+        kept = json.loads((RESULTS / "prediction.json").read_text())["rows"]
+        rows = [{**r, "kept": True} for r in kept if r["workload"] not in args.only] + rows
     def med(key: str, which=lambda r: True) -> float | None:
         xs = [r[key] for r in rows if r[key] is not None and which(r)]
         return statistics.median(xs) if xs else None

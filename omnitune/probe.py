@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from omnitune import replan, statmodel, workload as workload_mod
+from omnitune import env, replan, statmodel, workload as workload_mod
 from omnitune.budget import EVALS, probe_test_size
 from omnitune.emulator import emulator
 from omnitune.runspec import RunSpec
@@ -111,6 +111,7 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
     on this workload. It evaluates on the test set's first probe_test_size samples (its
     `test_size`), at most `evals` times (eval_schedule; the optimizer picks `evals` so evaluating
     stays cheap)."""
+    env.keep_freed_memory()            # probes step as fast as the runtime's processes
     train, test = wl.build_datasets(data_dir, seed)
     test = first(test, probe_test_size(target, len(test)))
 
@@ -132,6 +133,7 @@ def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
     `iters` updates per (lr, momentum) of replan.retune_grid with the protocol's own emulation;
     score = mean of the last 10 training losses (lower is better). Returns the re-tuned spec
     (replan.retuned) and a record of what was tried."""
+    env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
     train, _ = wl.build_datasets(spec.data_dir, spec.seed)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)

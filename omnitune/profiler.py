@@ -63,9 +63,11 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         specs = calibration_specs(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
                                   server_only=several)
         log_dir.mkdir(parents=True, exist_ok=True)
-        shared = log_dir / "datasets.pt"         # this node's processes load them: faster than building
+        # This node's processes load the datasets, faster than building them: from the cache, or a copy here.
+        cached = data_dir is None and wl.cache_path() is not None
+        shared = None if cached else workload_mod.share(datasets, log_dir / "datasets.pt")
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
-                         launch_mod.store_port(everyone, cluster.rendezvous), workload_mod.share(datasets, shared),
+                         launch_mod.store_port(everyone, cluster.rendezvous), shared,
                          str(log_dir))
         try:
             results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,

@@ -3,12 +3,19 @@
 The contract (see README): `build_model()` returns a `torch.nn.Module`;
 `build_datasets(data_dir, seed)` returns `(train, test)` torch datasets. Optional:
 `loss_fn(outputs, targets)` (default cross-entropy) and `metric(outputs, targets)` returning the
-number of correct predictions in the batch (default: classification accuracy).
+number of correct predictions in the batch (default: classification accuracy), and
+`CACHE_DATASETS`: True (or a string naming what else the data depends on, such as a package's
+version) when `build_datasets(None, seed)` returns the same tensor datasets for every seed. Those
+are built once and kept in omnitune's cache (env.cache_dir), keyed by the file's contents, the
+string, and torch's and numpy's versions: the generated sets here take 2–3.5 s to build, and
+every `profile`, `plan` and worker of a `run` would build them again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +25,9 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
+from omnitune import env
 from omnitune.errors import UserError
+from omnitune.files import atomic_write_bytes
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -49,6 +58,7 @@ class Workload:
     spec: str
     path: Path
     module: ModuleType
+    digest: str = ""        # sha256 of the file as it was imported: keys its cached datasets
 
     @property
     def name(self) -> str:
@@ -58,7 +68,35 @@ class Workload:
         return self.module.build_model()
 
     def build_datasets(self, data_dir: str | None, seed: int) -> tuple[Dataset, Dataset]:
-        return self.module.build_datasets(data_dir, seed)
+        """(train, test); from the cache where the workload allows it (CACHE_DATASETS) and no
+        data directory is given."""
+        path = self.cache_path() if data_dir is None else None
+        if path is not None and path.is_file():
+            try:
+                return shared(str(path))
+            except Exception:       # not a file this version wrote whole: build the sets again
+                pass
+        datasets = self.module.build_datasets(data_dir, seed)
+        if path is not None:
+            try:
+                share(datasets, path)
+                for stale in path.parent.glob(f"{self.path.stem}-*.pt"):    # an older version's
+                    if stale != path:
+                        stale.unlink(missing_ok=True)
+            except OSError:         # a cache that cannot be written only costs the next build
+                pass
+        return datasets
+
+    def cache_path(self) -> Path | None:
+        """The cache file of this workload's generated datasets; None where they are not cached."""
+        extra = getattr(self.module, "CACHE_DATASETS", False)
+        root = env.cache_dir()
+        if not extra or root is None:
+            return None
+        import numpy as np
+
+        key = hashlib.sha256(f"{self.digest}|{extra}|torch {torch.__version__}|numpy {np.__version__}".encode())
+        return root / "datasets" / f"{self.path.stem}-{key.hexdigest()[:16]}.pt"
 
     @property
     def loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -76,6 +114,7 @@ def load(spec: str) -> Workload:
     module_spec = importlib.util.spec_from_file_location(mod_name, path)
     if module_spec is None or module_spec.loader is None:
         raise UserError(f"--workload: cannot import {path}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[mod_name] = module
     try:
@@ -87,7 +126,7 @@ def load(spec: str) -> Workload:
     for fn in ("build_model", "build_datasets"):
         if not callable(getattr(module, fn, None)):
             raise UserError(f"{path}: a workload must define {fn}() (see README, 'Workloads')")
-    return Workload(spec=spec, path=path, module=module)
+    return Workload(spec=spec, path=path, module=module, digest=digest)
 
 
 def share(datasets: tuple[Dataset, Dataset], path: Path) -> str | None:
@@ -95,7 +134,9 @@ def share(datasets: tuple[Dataset, Dataset], path: Path) -> str | None:
     building them again (2–3 s each for the generated ones); None when they are not tensors."""
     if not all(isinstance(d, TensorDataset) for d in datasets):
         return None
-    torch.save([d.tensors for d in datasets], path)
+    data = io.BytesIO()
+    torch.save([d.tensors for d in datasets], data)
+    atomic_write_bytes(path, data.getbuffer())      # processes reading it never see half a file
     return str(path)
 
 

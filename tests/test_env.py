@@ -1,5 +1,8 @@
 """The environment omnitune reads and sets: gloo's interface follows the node's address."""
 
+import subprocess
+import sys
+
 import pytest
 
 from omnitune import env
@@ -31,3 +34,26 @@ def test_fault_hook(monkeypatch, fault, expected):
     monkeypatch.delenv("OMNITUNE_FAULT_HANG", raising=False)
     monkeypatch.setenv("OMNITUNE_FAULT_KILL", fault)
     assert env.fault() == expected
+
+
+FAULTS = """import resource, sys, torch
+from omnitune import env
+if sys.argv[1] == "keep":
+    env.keep_freed_memory()
+faults = []
+for i in range(30):                     # 1 MiB blocks, each a page larger than the last one freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.ones((1 << 18) + 1024 * i)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(sum(faults[10:]))                 # once the heap has settled
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_freed_blocks_stay_in_the_heap_instead_of_faulting_in_fresh_pages():
+    faults = {how: int(subprocess.run([sys.executable, "-c", FAULTS, how], capture_output=True, text=True,
+                                      check=True).stdout) for how in ("default", "keep")}
+    # By default each block is over the threshold glibc raised to the last one freed: mapped anew,
+    # its 256 pages faulted in. Kept, the heap reuses the pages of the blocks before.
+    assert faults["default"] > 20 * 200
+    assert faults["keep"] < 20 * 10

@@ -85,3 +85,61 @@ def test_batches_are_reproducible(digits):
     b = next(workload.batches(train, 8, seed=3))[1]
     c = next(workload.batches(train, 8, seed=4))[1]
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+GENERATED = """import torch
+from torch.utils.data import TensorDataset
+CACHE_DATASETS = True
+BUILT = []
+def build_model():
+    return torch.nn.Linear(3, 2)
+def build_datasets(data_dir, seed):
+    BUILT.append(seed)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, generator=g)
+    return TensorDataset(x[:30], (x[:30, 0] > 0).long()), TensorDataset(x[30:], (x[30:, 0] > 0).long())
+"""
+
+
+def test_generated_datasets_are_built_once_then_loaded_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "gen.py"
+    f.write_text(GENERATED)
+    wl = workload.load(str(f))
+    first = wl.build_datasets(None, 0)
+    again = wl.build_datasets(None, 3)                # any seed: the workload says the data ignores it
+    assert wl.module.BUILT == [0]
+    assert all(torch.equal(a, b) for d, e in zip(first, again) for a, b in zip(d.tensors, e.tensors))
+    assert list((tmp_path / "cache" / "datasets").iterdir()) == [wl.cache_path()]
+    # A user's data directory is never cached; nor is anything when the cache is off.
+    wl.build_datasets(str(tmp_path), 0)
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", "off")
+    wl.build_datasets(None, 0)
+    assert wl.module.BUILT == [0, 0, 0]
+
+
+def test_a_changed_workload_file_or_a_broken_cache_file_builds_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "gen.py"
+    f.write_text(GENERATED)
+    wl = workload.load(str(f))
+    wl.build_datasets(None, 0)
+    wl.cache_path().write_bytes(b"half a file")
+    wl.build_datasets(None, 0)
+    assert wl.module.BUILT == [0, 0]
+    f.write_text(GENERATED.replace("manual_seed(0)", "manual_seed(1)"))
+    changed = workload.load(str(f))
+    assert changed.cache_path() != wl.cache_path()
+    changed.build_datasets(None, 0)
+    assert changed.module.BUILT == [0]
+    assert list(changed.cache_path().parent.iterdir()) == [changed.cache_path()]     # the old one is gone
+
+
+def test_a_workload_that_does_not_ask_for_the_cache_is_built_every_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "plain.py"
+    f.write_text(GENERATED.replace("CACHE_DATASETS = True", ""))
+    wl = workload.load(str(f))
+    wl.build_datasets(None, 0)
+    wl.build_datasets(None, 0)
+    assert wl.module.BUILT == [0, 0] and wl.cache_path() is None

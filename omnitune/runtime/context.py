@@ -181,7 +181,9 @@ def histogram(counts: Counter) -> tuple[int, ...]:
 
 
 def torch_device(device: Device | None) -> torch.device:
-    """Claim a device for this process: its GPU, or its share of CPU threads."""
+    """Claim a device for this process: its GPU, or its share of CPU threads (and malloc's
+    thresholds, so that its steps run as fast as every other process's)."""
+    env.keep_freed_memory()
     if device is not None and device.kind == "cuda":
         torch.cuda.set_device(device.cuda_index)
         torch.set_num_threads(1)
