@@ -65,10 +65,10 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         log_dir.mkdir(parents=True, exist_ok=True)
         # This node's processes load the datasets, faster than building them: from the cache, or a copy here.
         cached = data_dir is None and wl.cache_path() is not None
-        shared = None if cached else workload_mod.share(datasets, log_dir / "datasets.pt")
+        shared = log_dir / "datasets.pt"
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
-                         launch_mod.store_port(everyone, cluster.rendezvous), shared,
-                         str(log_dir))
+                         launch_mod.store_port(everyone, cluster.rendezvous),
+                         None if cached else workload_mod.share(datasets, shared), str(log_dir))
         try:
             results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
                                              run_id=f"profile-{_digest(cluster, workload_spec)}")
