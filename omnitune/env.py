@@ -76,7 +76,7 @@ def cache_dir() -> "Path | None":
 
 # glibc's malloc hands a freed block of over 128 KiB straight back to the kernel, so a training
 # step's activations and gradients come from fresh pages every step, each page a fault: a
-# shapes-resnet step at batch 32 took 5,651 faults and 39 ms, against 25 ms without them. It
+# shapes-resnet step at batch 32 took 5,581-6,305 faults and 38-39 ms, against 24-29 ms without. It
 # raises that threshold by itself only after freeing a larger block, which a process that built
 # its datasets happened to do and one that loaded them did not, so the profile's processes and a
 # run's trained at different speeds. Fixed thresholds make every process alike.
