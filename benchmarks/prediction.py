@@ -10,7 +10,7 @@ the target counting as its cap), and compare. The minutes-long workloads' rows a
 per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
 calibration's (16, and 32, 64 or 128: profile_worker.sized_specs). `--only NAME` measures that
 workload's rows again and keeps the others from the last full run (marked `kept`). Writes
-benchmarks/results/prediction.json (+ prediction.png).
+benchmarks/results/prediction.json (+ prediction.png); with --quick prediction-quick.json (and .png).
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ def main() -> None:
             rows.append(run_config(cfg, work / f"{cfg[0]}.json", profiles[cfg[0]], work, i,
                                    SEEDS[:1] if args.quick else SEEDS))
             print_rows("so far", rows[-1:], list(rows[-1]))
-    if args.only:
-        kept = json.loads((RESULTS / "prediction.json").read_text())["rows"]
+    name = "prediction" + ("-quick" if args.quick else "")     # a quick run never replaces the full one's figures
+    if args.only and (RESULTS / f"{name}.json").is_file():
+        kept = json.loads((RESULTS / f"{name}.json").read_text())["rows"]
         rows = [{**r, "kept": True} for r in kept if r["workload"] not in args.only] + rows
     def med(key: str, which=lambda r: True) -> float | None:
         xs = [r[key] for r in rows if r[key] is not None and which(r)]
@@ -166,9 +167,9 @@ def main() -> None:
           f"{fmt(result['out_of_sample_sec_per_iter_median_abs_pct_err'])} (goal 10%) and "
           f"{fmt(result['out_of_sample_time_to_target_median_abs_pct_err'])} (goal 25%); the band held the run's "
           f"iterations in {result['band_holds']}")
-    path = write_results("prediction", result)
-    plot(rows, RESULTS / "prediction.png")
-    print(f"wrote {path} and {RESULTS / 'prediction.png'}")
+    path = write_results(name, result)
+    plot(rows, RESULTS / f"{name}.png")
+    print(f"wrote {path} and {RESULTS / f'{name}.png'}")
 
 
 if __name__ == "__main__":
