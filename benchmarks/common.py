@@ -21,6 +21,10 @@ def band_holds(band, measured: float | None) -> bool | None:
 
 
 def write_results(name: str, data: dict) -> Path:
+    """benchmarks/results/NAME.json; NAME-quick.json for a --quick run's data, so that a quick run
+    never replaces the full run's figures the README quotes."""
+    if data.get("quick") and not name.endswith("-quick"):
+        name += "-quick"
     path = RESULTS / f"{name}.json"
     atomic_write_json(path, data)
     return path

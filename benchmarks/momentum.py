@@ -14,7 +14,7 @@ on lenet-digits:
    disagree with 1 - 1/g, and with the staleness the runs measured.
 2. The best explicit momentum on a grid that includes 0 and a negative value: training loss after
    a fixed number of real updates, mean over seeds, against the rule 0.9 - (1 - 1/g).
-Writes benchmarks/results/momentum.json and momentum.png.
+Writes benchmarks/results/momentum.json and momentum.png (momentum-quick.* with --quick).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def bench(name: str, quick: bool, work: Path) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict]) -> Path:
+def plot(rows: list[dict], name: str) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -140,7 +140,7 @@ def plot(rows: list[dict]) -> Path:
     a1.legend(fontsize=8)
     a2.legend(fontsize=8)
     fig.tight_layout()
-    path = RESULTS / "momentum.png"
+    path = RESULTS / f"{name}.png"
     fig.savefig(path, dpi=110)
     return path
 
@@ -156,7 +156,7 @@ def main() -> None:
                 "fit_r2", "best_explicit_momentum", "rule_explicit_momentum"])
     path = write_results("momentum", {"quick": args.quick, "grid": list(GRID),
                                       "settings": {k: list(v) for k, v in SETTINGS.items()}, "rows": rows})
-    print(f"wrote {path} and {plot(rows)}")
+    print(f"wrote {path} and {plot(rows, path.stem)}")
 
 
 if __name__ == "__main__":
