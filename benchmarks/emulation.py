@@ -79,7 +79,7 @@ def bench(wl_name: str, workers: int, variants, seeds: list[int], work: Path) ->
         emulated, real, real_staleness, emu_staleness = [], [], [], []
         for seed in seeds:
             train, test = wl.build_datasets(None, seed)
-            r = run_probe(wl, train, test, cfg, target, max_iters, 600, seed, every)
+            r, _ = run_probe(wl, train, test, cfg, target, max_iters, 600, seed, every)
             emulated.append(r.iters_to_target if r.reached else float(r.curve[-1][0]))
             emu_staleness.append(r.mean_staleness)
             spec = RunSpec(workload=wl_name, data_dir=None, variant=v, devices=prof.cluster.devices,

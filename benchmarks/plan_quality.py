@@ -11,8 +11,13 @@ Every grid point is screened once (seed 0); a screening run stops at 1.5× the b
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
 with seeds 1, 2, 3, seed by seed across them (interleaved, so the machine's drift falls on all
 alike): medians and min–max are reported. A run that misses the target counts as its
-time limit, the workload's stated cap. The plan's band on iterations comes from a 30 s longer
-probe of its configuration (`plan --predict-s 30`), timed apart from planning. Writes
+time limit, the workload's stated cap.
+
+The plan is omnitune's whole path with each seed: `plan` with that seed, then its run, which
+starts where the chosen probe stopped (as `omnitune run` does). That probe's training is counted
+in the run's time to target, not in planning: `planning_s` is the median of planning's wall time
+less the training it handed on. The plans' band on iterations comes from a 30 s longer probe of
+the first seed's configuration (`plan --predict-s 30`), timed apart from planning. Writes
 benchmarks/results/plan_quality.json (plan_quality-quick.json with --quick).
 """
 
@@ -32,7 +37,8 @@ from omnitune import optimizer, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.optimizer import Config
 from omnitune.perfmodel import PerfModel
-from omnitune.probe import make_prober
+from omnitune.plan import start_path
+from omnitune.probe import hand_on, make_prober
 from omnitune.protocols import Groups, Sync
 from omnitune.runspec import RunSpec
 from omnitune.runtime import job
@@ -93,26 +99,29 @@ def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
                    server_host=cluster.server_host, server_node=cluster.server_node)
 
 
-def measure(spec: RunSpec, work: Path, tag: str, limit_s: float) -> dict:
-    """One run: its time to target, or `limit_s` (and reached False) when it misses."""
-    s = job.run_spec(spec, str(work / tag), max_time_s=limit_s)
+def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | None = None) -> dict:
+    """One run, from scratch or from a plan's `start` checkpoint (whose training its clock counts):
+    its time to target, or `limit_s` (and reached False) when it misses."""
+    s = job.run_spec(spec, str(work / tag), max_time_s=limit_s, start_from=start)
     return {"time_s": s.time_to_target_s if s.reached_target else limit_s, "reached": s.reached_target,
             "iterations": s.iterations, "final_accuracy": s.final_accuracy,
-            "sec_per_iter": s.measured_sec_per_iter}
+            "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s}
 
 
 def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> dict:
     return interleaved({tag: spec}, work, cap_s, seeds)[tag]
 
 
-def interleaved(specs: dict[str, RunSpec], work: Path, cap_s: float, seeds=SEEDS) -> dict[str, dict]:
+def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seeds=SEEDS) -> dict[str, dict]:
     """Each spec run once per seed, seed by seed across the specs (so a drift in the machine's
     speed over the session falls on every spec alike, not on whichever ran last): per spec the
-    median time to target (a miss counts as `cap_s`), min-max, runs and median iterations."""
+    median time to target (a miss counts as `cap_s`), min-max, runs and median iterations. A spec
+    may instead be a dict from seed to (run spec, checkpoint it starts from): the plan of each seed."""
     runs: dict[str, list[dict]] = {tag: [] for tag in specs}
     for seed in seeds:
         for tag, spec in specs.items():
-            runs[tag].append(measure(replace(spec, seed=seed), work, f"{tag}-s{seed}", cap_s))
+            spec, start = spec[seed] if isinstance(spec, dict) else (replace(spec, seed=seed), None)
+            runs[tag].append(measure(spec, work, f"{tag}-s{seed}", cap_s, start))
     out = {}
     for tag, rs in runs.items():
         times = [r["time_s"] for r in rs]
@@ -135,16 +144,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     profile_s = time.perf_counter() - start
     prof_path = work / f"{name}.profile.json"
     profile_mod.save(prof, prof_path)
-    start = time.perf_counter()
-    wl = workload.load(name)
-    prober = make_prober(wl, None, b.target, seed=0)
-    found = optimizer.search(prof, optimizer.Space(), prober)
-    plan = optimizer.build_plan(found, prof, str(prof_path), name, None, b.target, 0,
-                                datetime.now(timezone.utc).isoformat())
-    planning_s = time.perf_counter() - start
-    print(f"{name}: profile {profile_s:.1f}s, plan {planning_s:.1f}s ({found.planning.probes} probes): "
-          f"{plan.spec.variant.label} lr {plan.spec.lr} mu {plan.spec.momentum}, predicted "
-          f"{plan.prediction.time_to_target_s}s", flush=True)
+    seeds = SEEDS[:1] if quick else SEEDS
+    plans = {seed: planned_with(prof, prof_path, name, b, seed, work) for seed in seeds}
+    first = plans[seeds[0]]
+    plan, found, prober = first["plan"], first["found"], first["prober"]
+    planning_s = statistics.median(p["spent_s"] for p in plans.values())
 
     configs = grid(prof, b, quick)
     if previous:
@@ -158,13 +162,13 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
             screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
             print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
     ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
-    seeds = SEEDS[:1] if quick else SEEDS
     # With --replan, a finalist or default that missed its cap in every run of the last session
     # is kept as it was (its time is the cap), not run again.
     kept = {} if not previous else {
         **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
-    specs = {"plan": plan.spec, "default": fixed_spec(prof, name, b.target, default_config(prof)),
+    specs = {"plan": {seed: (p["plan"].spec, p["start"]) for seed, p in plans.items()},
+             "default": fixed_spec(prof, name, b.target, default_config(prof)),
              **{f"best{k}": fixed_spec(prof, name, b.target, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds)
@@ -172,8 +176,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     planned, default = result["plan"], result["default"]
     finalists = [{**describe(s["config"]), **result[f"best{k}"]} for k, s in enumerate(ranked)]
     oracle = min(finalists, key=lambda f: f["median_s"])
-    # The plan's band on iterations, from a longer probe of its configuration (plan --predict-s),
-    # timed apart from planning.
+    # The band on iterations of the first seed's plan, from a longer probe of its configuration
+    # (plan --predict-s, going on from its probe), timed apart from planning.
     start = time.perf_counter()
     longer = optimizer.build_plan(optimizer.predict(found, prober, PREDICT_S), prof, str(prof_path), name, None,
                                   b.target, 0, datetime.now(timezone.utc).isoformat())
@@ -187,7 +191,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                  "predicted_iters": plan.prediction.iters_to_target,
                  "longer_probe": {"seconds": predict_s, "predicted_iters": longer.prediction.iters_to_target,
                                   "predicted_time_to_target_s": longer.prediction.time_to_target_s},
-                 "iters_band": list(band), "planning": plan.planning.__dict__, **planned},
+                 "iters_band": list(band), "planning": plan.planning.__dict__,
+                 "per_seed": [{"seed": seed, **describe_plan(p["plan"]), "wall_s": p["wall_s"], "spent_s": p["spent_s"],
+                               "handed_on_s": p["plan"].planning.handed_on_s,
+                               "handed_on_iters": p["plan"].planning.handed_on_iters} for seed, p in plans.items()],
+                 **planned},
         "plan_time_to_target_s": planned["median_s"], "oracle_time_to_target_s": oracle["median_s"],
         "default_time_to_target_s": default["median_s"], "planning_s": planning_s, "profile_s": profile_s,
         "plan_over_oracle": planned["median_s"] / oracle["median_s"],
@@ -195,10 +203,31 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         "default_over_plan": default["median_s"] / planned["median_s"],
         "repeats": len(seeds),
         "spread": {"plan": planned["spread_s"], "oracle": oracle["spread_s"], "default": default["spread_s"]},
-        "band_holds": holds_per_run(band, planned["runs"]),
+        "band_holds": holds_per_run(band, [r for r, p in zip(planned["runs"], plans.values())
+                                           if describe_plan(p["plan"]) == describe_plan(plan)]),
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
     }
+
+
+def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path) -> dict:
+    """omnitune's own plan with this seed (its probes' and its run's), timed, and the checkpoint of
+    its chosen probe that the run starts from. `spent_s` is planning's own cost: its wall time less
+    the training it hands on, which the run's clock counts."""
+    start = time.perf_counter()
+    wl = workload.load(name)
+    prober = make_prober(wl, None, b.target, seed=seed)
+    found = optimizer.search(prof, optimizer.Space(), prober)
+    plan = optimizer.build_plan(found, prof, str(prof_path), name, None, b.target, seed,
+                                datetime.now(timezone.utc).isoformat())
+    path = work / f"{name}-plan-s{seed}.json"
+    plan = hand_on(plan, prober, path)
+    wall_s = time.perf_counter() - start
+    spent_s = wall_s - plan.planning.handed_on_s
+    print(f"{name} seed {seed}: plan {wall_s:.1f}s, {spent_s:.1f}s of it spent ({found.planning.probes} probes): "
+          f"{describe_plan(plan)}, predicted {plan.prediction.time_to_target_s}s", flush=True)
+    return {"plan": plan, "found": found, "prober": prober, "wall_s": wall_s, "spent_s": spent_s,
+            "start": start_path(plan, path)}
 
 
 def config_of(configs: list[Config], row: dict) -> Config:

@@ -156,6 +156,8 @@ def plan(
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                       simulated_cluster=fleet.description if fleet else "",
                                       hardware_model=hardware_model)
+        if not fleet:
+            result = probe.hand_on(result, prober, out_path)
         plan_mod.save(result, out_path)
     except ValueError as e:
         _fail(UserError(str(e)))
@@ -195,6 +197,10 @@ def plan(
     scope = "full search" if spent.full else "quick search: the job is too small for a full one"
     out.print(f"planning took {spent.seconds:.1f}s for {spent.probes} probes ({scope}; budget {spent.budget_s:.1f}s: "
               f"{spent.reason})")
+    if result.start:
+        out.print(f"the run starts where the chosen configuration's probe stopped ({result.start}: "
+                  f"{spent.handed_on_iters} iterations, {spent.handed_on_s:.1f}s of training, which the run's clock "
+                  f"counts): planning's own cost {spent.spent_s:.1f}s")
     out.print(f"wrote {out_path}")
 
 
@@ -265,6 +271,8 @@ def run(
     eval_every_s: float = typer.Option(0.02, help="seconds between test-set evaluations (at least; and at least 10× one evaluation)"),
     timeout_s: float = typer.Option(120.0, help="a peer silent this long ends the job"),
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
+    from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
+                                      "probe stopped"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune lr and momentum from a checkpoint "
                                                    "every this many seconds of training (Omnivore's epochs)"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
@@ -291,7 +299,7 @@ def run(
         with console.status(f"{waiting}running {plan_path}…"):
             replan = partial(probe.retune, iters=replan_probe_iters) if replan_every_s is not None else None
             summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
-                              replan_every_s, replan, checkpoint_every_s, max_restarts, node_rank)
+                              replan_every_s, replan, checkpoint_every_s, max_restarts, node_rank, from_scratch)
     except UserError as e:
         _fail(e)
     if summary is None:
@@ -316,6 +324,9 @@ def run(
               f"{list(summary.updates_per_group)}; results in {out_dir}")
     if summary.planning_s is not None:
         out.print(f"planning took {summary.planning_s:.1f}s ({summary.planning_probes} probes) before this run")
+    if summary.started_at_s:
+        out.print(f"the run started where the plan's probe stopped: its {summary.started_at_s:.1f}s of training "
+                  "are in the time to target")
     if summary.replans:
         out.print(f"{summary.replans} re-plan(s) took {summary.replan_s:.1f}s (see {out_dir}/replans.jsonl)")
     if not summary.reached_target:

@@ -36,7 +36,8 @@ from omnitune import protocols
 from omnitune.protocols import matching
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.optim import HeavyBall
-from omnitune.runtime.flat import get_buffers, get_grads, get_state, num_buffers, num_params, set_state
+from omnitune.runtime.flat import (get_buffers, get_grads, get_state, momentum_vector, num_buffers, num_params,
+                                  optimizer_state, set_state)
 from omnitune.runtime.server import ParameterServer
 from omnitune.statmodel import ProbeConfig
 from omnitune.workload import Workload, batches
@@ -46,20 +47,23 @@ class Emulator:
     """One protocol's training on virtual workers; `step()` makes one iteration.
 
     Weights start from `seed` (as every runtime process builds its model after
-    torch.manual_seed(seed)) or from a checkpoint's model state and momentum buffer.
+    torch.manual_seed(seed)) or from a checkpoint's model state and momentum buffer. From a
+    checkpoint of `start_iteration`, the data streams start where a resumed run's do (seed +
+    iteration), and the iteration count goes on from there.
     """
 
     def __init__(self, wl: Workload, train, cfg: ProbeConfig, seed: int, init_state: dict | None = None,
-                 init_velocity: torch.Tensor | None = None):
+                 init_velocity: torch.Tensor | None = None, start_iteration: int = 0):
         torch.manual_seed(seed)
-        self.wl, self.train, self.cfg, self.seed = wl, train, cfg, seed
+        self.wl, self.train, self.cfg, self.run_seed = wl, train, cfg, seed
+        self.seed = seed + start_iteration        # the data streams' seed, as the runtime's on resume
         self.model = wl.build_model()              # what the coordinator evaluates
         if init_state is not None:
             self.model.load_state_dict(init_state)
         self.net = wl.build_model()                # computes every worker's gradients
         self.P, self.B = num_params(self.model), num_buffers(self.model)
         self.init_velocity = init_velocity
-        self.it = 0
+        self.it = start_iteration
         self.staleness: Counter = Counter()        # as the runtime's summary counts it
 
     def start_state(self) -> torch.Tensor:
@@ -89,6 +93,17 @@ class Emulator:
     def current_model(self) -> torch.nn.Module:
         """The model the runtime's coordinator evaluates."""
         raise NotImplementedError
+
+    def momentum(self) -> torch.Tensor:
+        """The momentum buffer that goes with current_model (parameter order)."""
+        raise NotImplementedError
+
+    def checkpoint_state(self) -> dict:
+        """The current model and its momentum as a checkpoint's "model" and "optimizer" entries,
+        which a run (or a longer probe) goes on from."""
+        model = self.current_model()
+        return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": optimizer_state(self.momentum(), model, self.cfg.lr, self.cfg.momentum)}
 
     @property
     def mean_staleness(self) -> float:
@@ -133,6 +148,9 @@ class SyncEmulator(Emulator):
     def current_model(self) -> torch.nn.Module:
         set_state(self.model, self.state)
         return self.model
+
+    def momentum(self) -> torch.Tensor:
+        return self.v
 
 
 def equal_speed_schedule(workers: int, per_update: int, seconds: list[float] | None = None) -> Iterator[tuple[int, int]]:
@@ -203,6 +221,9 @@ class ServerEmulator(Emulator):
     def current_model(self) -> torch.nn.Module:
         return self.model
 
+    def momentum(self) -> torch.Tensor:
+        return momentum_vector(self.ps.opt.state_dict(), self.model)
+
 
 def seed_momentum(opt: HeavyBall, model: torch.nn.Module, velocity: torch.Tensor) -> None:
     """Give `opt` the momentum buffer of a checkpoint (flat, in parameter order)."""
@@ -234,6 +255,10 @@ class ReplicaEmulator(Emulator):
             losses.append(loss)
         self.it += 1
         return float(np.mean(losses))
+
+    def momentum(self) -> torch.Tensor:
+        """The replicas' momenta, averaged as their states are (by samples)."""
+        return sum(w * v for w, v in zip(self.weights, self.v))
 
 
 class HPSGDEmulator(ReplicaEmulator):
@@ -272,7 +297,7 @@ class GossipEmulator(ReplicaEmulator):
     def step(self) -> float:
         loss = self.local_steps()
         if self.it % self.cfg.variant.every == 0:
-            partner = matching(self.round, self.n, self.seed)
+            partner = matching(self.round, self.n, self.run_seed)
             self.round += 1
             for a, b in enumerate(partner):
                 if a < b:
@@ -299,6 +324,7 @@ EMULATORS: dict[type[protocols.Variant], type[Emulator]] = {
 
 
 def emulator(wl: Workload, train, cfg: ProbeConfig, seed: int, init_state: dict | None = None,
-             init_velocity: torch.Tensor | None = None) -> Emulator:
+             init_velocity: torch.Tensor | None = None, start_iteration: int = 0) -> Emulator:
     """The emulator of `cfg`'s protocol."""
-    return EMULATORS[type(cfg.variant)](wl, train, cfg, seed, init_state=init_state, init_velocity=init_velocity)
+    return EMULATORS[type(cfg.variant)](wl, train, cfg, seed, init_state=init_state, init_velocity=init_velocity,
+                                        start_iteration=start_iteration)

@@ -712,7 +712,9 @@ def band(interval: tuple[float, float]) -> tuple[float, ...]:
 
 def predict(found: Search, prober: Prober, seconds: float) -> Search:
     """Probe the chosen configuration once more, for about `seconds` (beyond the planning budget),
-    so that its curve reaches far enough to predict the time to target, with a band. The search's
+    so that its curve reaches far enough to predict the time to target, with a band. A prober that
+    keeps where its probes stopped (probe.make_prober's `handoffs`) goes on from there, so the
+    run, starting where this probe stops, loses none of it. The search's
     ranking stands; only the winner's probe is replaced. Where planning ranked by training loss,
     this is the way to a prediction on a long job."""
     best = found.scored[0] if found.scored else None
@@ -724,7 +726,12 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
         return found
     cap = max(budget_mod.MIN_PROBE_ITERS, int(seconds / per_iter))
     start = time.perf_counter()
-    r = prober(old.config, cap, budget_mod.GUARD * seconds, lambda it, acc: False, budget_mod.EVALS)
+    went_on = getattr(prober, "handoffs", {}).get(old.config)     # the probe goes on from where it stopped
+    if went_on is None:
+        r = prober(old.config, cap, budget_mod.GUARD * seconds, lambda it, acc: False, budget_mod.EVALS)
+    else:
+        r = prober(old.config, went_on.iterations + cap, budget_mod.GUARD * seconds, lambda it, acc: False,
+                   budget_mod.EVALS, start=went_on)
     spent = time.perf_counter() - start
     p = found.planning
     planning = replace(p, seconds=p.seconds + spent, probes=p.probes + 1,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omnitune import protocols
 from omnitune.cluster import Device
@@ -67,10 +68,19 @@ class Planning:
     full: bool                       # False: the job was too small for a full search
     reason: str
     ranked_by: str = "predicted time to target"   # or "training loss at equal training time"
+    handed_on_s: float = 0.0         # of `seconds`, the chosen probe's training, which the run goes on from
+    handed_on_iters: int = 0         # and its iterations
 
     def __post_init__(self):
-        if self.seconds < 0 or self.probes < 0 or self.budget_s < 0:
-            raise ValueError(f"planning: seconds, probes and budget must not be negative, got {self}")
+        if self.seconds < 0 or self.probes < 0 or self.budget_s < 0 or not 0 <= self.handed_on_s <= self.seconds:
+            raise ValueError(f"planning: seconds, probes and budget must not be negative, nor the training handed "
+                             f"on more than the seconds, got {self}")
+
+    @property
+    def spent_s(self) -> float:
+        """What planning cost: its seconds less the training handed on to the run (which the run's
+        clock counts, as if the run had done it)."""
+        return self.seconds - self.handed_on_s
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,8 @@ class Plan:
     hardware_model: str = ANALYTIC             # which model predicted seconds per iteration
     simulated_cluster: str = ""                # a fleet's node types and counts; "" for real nodes
     idle: dict[str, str] = field(default_factory=dict)   # devices of the layout left out, and why
+    start: str = ""                            # beside the plan: the chosen probe's checkpoint, where the
+                                               # run starts ("": from scratch)
 
     def __post_init__(self):
         if self.spec.target_accuracy is None:
@@ -97,6 +109,11 @@ class Plan:
 
 def save(plan: Plan, path: str | os.PathLike) -> None:
     atomic_write_json(path, to_dict(plan))
+
+
+def start_path(plan: Plan, plan_path: str | os.PathLike) -> Path | None:
+    """The checkpoint the plan's run starts from (None: from scratch): beside the plan file."""
+    return Path(plan_path).parent / plan.start if plan.start else None
 
 
 def load(path: str | os.PathLike) -> Plan:

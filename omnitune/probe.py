@@ -1,13 +1,17 @@
 """Probes: short real training of the workload in this process, by the protocol's own update
 rule on virtual workers (emulator.py). The test set is evaluated every few iterations; the
 curve gives iterations to target. Re-planning's probes start from a run's checkpoint.
+
+Where a probe stops is kept (`Handoff`): a longer probe of the same configuration goes on from
+there, and `omnitune run` starts from the chosen configuration's (Omnivore's optimizer hands its
+model on too), so that training is not done twice.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -17,50 +21,75 @@ import torch
 from omnitune import env, replan, statmodel, workload as workload_mod
 from omnitune.budget import EVALS, probe_test_size
 from omnitune.emulator import emulator
+from omnitune.plan import Plan
 from omnitune.runspec import RunSpec
+from omnitune.runtime import checkpoint
 from omnitune.runtime.flat import momentum_vector
 from omnitune.statmodel import ProbeConfig, ProbeResult
 from omnitune.workload import Workload, evaluate, first
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """Where a probe stopped: what a longer probe, or the run, goes on from."""
+    config: ProbeConfig
+    state: dict             # a checkpoint's "model" and "optimizer" entries (Emulator.checkpoint_state)
+    iterations: int
+    train_s: float          # seconds it trained, its evaluations left out (as a run's clock counts)
+    curve: tuple[tuple[int, float], ...] = ()    # its test accuracy so far, for a probe that goes on
+
+
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
               max_seconds: float, seed: int, eval_every: int = 10,
               on_eval: Callable[[int, float], bool] = lambda it, acc: False,
-              schedule: list[int] | None = None) -> ProbeResult:
-    """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out.
+              schedule: list[int] | None = None, start: Handoff | None = None) -> tuple[ProbeResult, Handoff]:
+    """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out;
+    from `start` when given (its iterations count toward `max_iters`, its curve leads this one's).
+    Returns the result and where it stopped.
 
     Evaluates at the iterations of `schedule` (default: every `eval_every`), moved up to where the
     runtime evaluates too, and at the last. `on_eval(iteration, accuracy)` sees every evaluation;
     returning True stops the probe (pruned).
     """
-    start = time.perf_counter()
+    began = time.perf_counter()
     period = cfg.variant.eval_period
     if schedule is None:
         every = math.lcm(eval_every, period)
         schedule = list(range(every, max_iters + 1, every))
     points = sorted({period * math.ceil(p / period) for p in schedule})
-    emu = emulator(wl, train, cfg, seed)
-    curve: list[tuple[int, float]] = []
+    if start is None:
+        emu = emulator(wl, train, cfg, seed)
+    else:
+        emu = emulator(wl, train, cfg, seed, start.state["model"],
+                       momentum_vector(start.state["optimizer"], wl.build_model()), start.iterations)
+    curve: list[tuple[int, float]] = list(start.curve) if start else []
     losses: list[float] = []
-    note, k = "", 0
+    note, k, eval_s = "", 0, 0.0
+    while k < len(points) and points[k] <= emu.it:
+        k += 1
     while emu.it < max_iters:
         losses.append(emu.step())
         if not math.isfinite(losses[-1]):
             note = "diverged"
             break
-        last = emu.it >= max_iters or time.perf_counter() - start > max_seconds
+        last = emu.it >= max_iters or time.perf_counter() - began > max_seconds
         if (k < len(points) and emu.it >= points[k]) or last:
             while k < len(points) and points[k] <= emu.it:
                 k += 1
+            evaluated = time.perf_counter()
             curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
+            eval_s += time.perf_counter() - evaluated
             if curve[-1][1] >= target or last:
                 break
             if on_eval(*curve[-1]):
                 note = "pruned"
                 break
-    r = summarise(cfg, curve, target, note, emu.mean_staleness, time.perf_counter() - start, len(test))
-    return replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it,
-                   start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
+    seconds = time.perf_counter() - began
+    r = summarise(cfg, curve, target, note, emu.mean_staleness, seconds, len(test))
+    r = replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it,
+                start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
+    trained = (start.train_s if start else 0.0) + seconds - eval_s
+    return r, Handoff(cfg, emu.checkpoint_state(), emu.it, trained, tuple(curve))
 
 
 def tail_loss(losses: list[float]) -> float | None:
@@ -107,8 +136,8 @@ def eval_schedule(max_iters: int, evals: int) -> list[int]:
 
 
 def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
-    """A prober for the optimizer: (config, max_iters, max_seconds, on_eval, evals) -> ProbeResult
-    on this workload. It evaluates on the test set's first probe_test_size samples (its
+    """A prober for the optimizer: (config, max_iters, max_seconds, on_eval, evals, start) ->
+    ProbeResult on this workload; `handoffs` keeps where each configuration's latest probe stopped. It evaluates on the test set's first probe_test_size samples (its
     `test_size`), at most `evals` times (eval_schedule; the optimizer picks `evals` so evaluating
     stays cheap)."""
     env.keep_freed_memory()            # probes step as fast as the runtime's processes
@@ -116,11 +145,29 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
     test = first(test, probe_test_size(target, len(test)))
 
     def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False,
-               evals: int = EVALS) -> ProbeResult:
-        return run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed, on_eval=on_eval,
-                         schedule=eval_schedule(max_iters, evals))
+               evals: int = EVALS, start: Handoff | None = None) -> ProbeResult:
+        r, prober.handoffs[cfg] = run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed,
+                                            on_eval=on_eval, schedule=eval_schedule(max_iters, evals), start=start)
+        return r
     prober.test_size = len(test)
+    prober.handoffs = {}             # each configuration's latest probe: where it stopped
     return prober
+
+
+def hand_on(plan: Plan, prober, plan_path: Path) -> Plan:
+    """Write where the latest probe of the plan's configuration stopped beside the plan, as the
+    checkpoint its run starts from, and record it in the plan (its training counted as handed on,
+    not spent). The plan as it was when this prober ran no probe of that configuration (all of
+    them reused from an earlier search's study)."""
+    want = probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
+    start = next((h for c, h in getattr(prober, "handoffs", {}).items() if replace(c, staleness=()) == want), None)
+    if start is None or plan.planning is None:
+        return plan
+    name = f"{plan_path.stem}.start.pt"
+    checkpoint.save_state(plan_path.parent / name, start.state, start.iterations, start.train_s)
+    handed = min(start.train_s, plan.planning.seconds)
+    return replace(plan, start=name, planning=replace(plan.planning, handed_on_s=handed,
+                                                      handed_on_iters=start.iterations))
 
 
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:

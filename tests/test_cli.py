@@ -173,16 +173,34 @@ def test_whole_path_profile_plan_run(tmp_path):
     r = runner.invoke(app, ["plan", "--profile", str(prof), "--workload", "lenet-digits", "--target-accuracy",
                             "0.9", "--lr", "0.05", "--out", str(plan), "--budget-s", "30"])
     assert r.exit_code == 0, r.output
-    assert "time (s)" in r.output and json.loads(plan.read_text())["candidates"]
+    written = json.loads(plan.read_text())
+    assert "time (s)" in r.output and written["candidates"]
+    # The run starts where the chosen probe stopped; its clock counts that probe's training.
+    handed = written["planning"]["handed_on_s"]
+    assert written["start"] == "plan.start.pt" and (tmp_path / "plan.start.pt").is_file() and handed > 0
     r = runner.invoke(app, ["run", str(plan), "--out-dir", str(run_dir), "--max-time-s", "60"])
     assert r.exit_code == 0, r.output
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reached_target"] and summary["predicted_time_to_target_s"] > 0
+    assert summary["started_at_s"] == pytest.approx(handed)
+    assert summary["iterations"] >= written["planning"]["handed_on_iters"]
+    assert summary["time_to_target_s"] >= handed
+    r = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "fresh"), "--max-time-s", "60",
+                            "--from-scratch"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "fresh" / "summary.json").read_text())["started_at_s"] == 0
     for target, png in ((plan, plan.with_suffix(".png")), (run_dir, run_dir / "report.png")):
         r = runner.invoke(app, ["report", str(target)])
         assert r.exit_code == 0, r.output
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plan.with_suffix(".study.db").is_file()       # the probes, kept for a resumed `plan`
+
+
+def test_run_names_a_missing_start_checkpoint(tmp_path):
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
+    data = json.loads(plan.read_text())
+    plan.write_text(json.dumps({**data, "start": "plan.start.pt"}))
+    fails_cleanly(["run", str(plan), "--out-dir", str(tmp_path / "r")], "plan.start.pt, is missing")
 
 
 def test_plan_for_node_types_bad_input(tmp_path):

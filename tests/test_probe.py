@@ -4,7 +4,7 @@ from omnitune.protocols import Gossip, Groups, SoftSync, Sync
 
 def test_probe_reaches_a_modest_target(digits):
     wl, train, test = digits
-    r = run_probe(wl, train, test, ProbeConfig(Sync(), ((32,),), 0.05, 0.9), 0.9, 1000, 30, seed=0)
+    r, _ = run_probe(wl, train, test, ProbeConfig(Sync(), ((32,),), 0.05, 0.9), 0.9, 1000, 30, seed=0)
     assert r.reached and r.note == "reached" and 0 < r.iters_to_target <= r.curve[-1][0]
     assert r.mean_staleness == 0
 
@@ -13,16 +13,16 @@ def test_probe_staleness_follows_the_protocol(digits):
     """Equal groups take turns at the server: g - 1 updates late, after the first round."""
     wl, train, test = digits
     stale = [run_probe(wl, train, test, ProbeConfig(Groups(g=g), ((32,),) * g, 0.02, 0.0), 0.99, 60, 30,
-                       seed=0).mean_staleness for g in (2, 4)]
+                       seed=0)[0].mean_staleness for g in (2, 4)]
     assert 0.9 < stale[0] <= 1 and 2.5 < stale[1] <= 3
-    waits = run_probe(wl, train, test, ProbeConfig(SoftSync(learners=4, n=1), ((16,),) * 4, 0.02, 0.0), 0.99, 30,
-                      30, seed=0)
+    waits, _ = run_probe(wl, train, test, ProbeConfig(SoftSync(learners=4, n=1), ((16,),) * 4, 0.02, 0.0), 0.99,
+                         30, 30, seed=0)
     assert waits.mean_staleness == 0                  # n = 1: an update waits for every learner
 
 
 def test_probe_reports_divergence(digits):
     wl, train, test = digits
-    r = run_probe(wl, train, test, ProbeConfig(Sync(), ((32,),), 1e4, 0.9), 0.9, 200, 30, seed=0)
+    r, _ = run_probe(wl, train, test, ProbeConfig(Sync(), ((32,),), 1e4, 0.9), 0.9, 200, 30, seed=0)
     assert r.note == "diverged" and r.iters_to_target is None
 
 
@@ -37,8 +37,8 @@ def test_gossip_is_evaluated_right_after_its_averaging_rounds(digits):
     """Between rounds a replica drifts alone; the runtime evaluates only right after a round, so
     the probe must too, or its curve mixes both phases."""
     wl, train, test = digits
-    r = run_probe(wl, train, test, ProbeConfig(Gossip(every=4), ((16, 16),), 0.05, 0.9), 1.1, 60, 30, seed=0,
-                  eval_every=10)
+    r, _ = run_probe(wl, train, test, ProbeConfig(Gossip(every=4), ((16, 16),), 0.05, 0.9), 1.1, 60, 30, seed=0,
+                     eval_every=10)
     assert [it for it, _ in r.curve] == [20, 40, 60]
 
 
@@ -48,3 +48,22 @@ def test_eval_schedule_is_close_early_and_within_its_count():
     few = eval_schedule(5000, 4)
     assert len(few) <= 4 and few[-1] == 5000 and few == sorted(set(few))           # dear evaluations: spread out
     assert eval_schedule(24, 2)[-1] == 24
+
+
+def test_a_probe_goes_on_from_where_it_stopped(digits):
+    """A longer probe of the same configuration starts from the first one's hand-off: its
+    iterations, curve and training time go on, and the hand-off is a checkpoint of the model."""
+    from omnitune.runtime.flat import momentum_vector
+
+    wl, train, test = digits
+    cfg = ProbeConfig(Sync(), ((32,),), 0.05, 0.9)
+    first, stop = run_probe(wl, train, test, cfg, 1.1, 40, 30, seed=0, eval_every=20)
+    assert (stop.iterations, stop.curve) == (40, first.curve) and 0 < stop.train_s <= first.seconds
+    model = wl.build_model()
+    model.load_state_dict(stop.state["model"])
+    assert momentum_vector(stop.state["optimizer"], model).abs().sum() > 0
+    more, went_on = run_probe(wl, train, test, cfg, 1.1, 80, 30, seed=0, eval_every=20, start=stop)
+    assert more.iters == went_on.iterations == 80
+    assert [it for it, _ in more.curve] == [20, 40, 60, 80] and more.curve[:2] == first.curve
+    assert went_on.train_s > stop.train_s
+    assert more.curve[2][1] > first.curve[0][1]          # it learned on from there, not from scratch

@@ -32,10 +32,14 @@ class Start:
 
 
 def save(path: Path, model: torch.nn.Module, opt: HeavyBall, iteration: int, train_s: float) -> None:
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": iteration,
-             "train_s": train_s}
+    save_state(path, {"model": model.state_dict(), "optimizer": opt.state_dict()}, iteration, train_s)
+
+
+def save_state(path: Path, state: dict, iteration: int, train_s: float) -> None:
+    """A checkpoint of a model's and optimizer's state dicts (`state`: "model", "optimizer"):
+    from a run, or from the probe a plan hands on (probe.Handoff)."""
     data = io.BytesIO()
-    torch.save(state, data)
+    torch.save({**state, "iteration": iteration, "train_s": train_s}, data)
     atomic_write_bytes(path, data.getvalue())
 
 

@@ -164,6 +164,7 @@ class Context:
             restarts=job.attempt,
             checkpoints=monitor.checkpoints,
             staleness=counts,
+            started_at_s=self.start.train_s,
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)

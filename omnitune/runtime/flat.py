@@ -102,3 +102,13 @@ def momentum_vector(optimizer_state: dict, model: torch.nn.Module) -> torch.Tens
             out[offset:offset + p.numel()] = buf.reshape(-1).to(out.dtype)
         offset += p.numel()
     return out
+
+
+def optimizer_state(velocity: torch.Tensor, model: torch.nn.Module, lr: float, momentum: float) -> dict:
+    """A momentum vector (parameter order) as HeavyBall's state_dict, which a checkpoint holds:
+    momentum_vector's inverse."""
+    params, state, offset = _params(model), {}, 0
+    for i, p in enumerate(params):
+        state[i] = {"momentum_buffer": velocity[offset:offset + p.numel()].view_as(p).clone()}
+        offset += p.numel()
+    return {"state": state, "param_groups": [{"lr": lr, "momentum": momentum, "params": list(range(len(params)))}]}

@@ -32,9 +32,11 @@ from omnitune.runtime.topology import nodes, roles
 Replanner = Callable[[RunSpec, Path], tuple[RunSpec, dict]]
 
 def prepare(spec: RunSpec, out_dir: str, max_time_s: float, eval_every_s: float, timeout_s: float,
-            resume: bool = False, node_rank: int | None = None, source: str = "the run spec") -> JobArgs:
+            resume: bool = False, node_rank: int | None = None, source: str = "the run spec",
+            start_from: Path | None = None) -> JobArgs:
     """Validate inputs and lay out this node's run dir; no process is started here. `source`
-    names where the spec came from, for errors.
+    names where the spec came from, for errors. `start_from`: a checkpoint a fresh run starts
+    from (the plan's probe), on the coordinator's host; a resume goes on from the run dir's own.
 
     The coordinator's node keeps the run's files (metrics, checkpoint, summary); the other nodes'
     run dirs hold their processes' logs.
@@ -52,6 +54,11 @@ def prepare(spec: RunSpec, out_dir: str, max_time_s: float, eval_every_s: float,
         resume_from = str((run_dir / checkpoint.FILE).resolve())
         if not Path(resume_from).is_file():
             raise UserError(f"--resume: no {checkpoint.FILE} in {run_dir}")
+    elif start_from is not None and coordinator:
+        if not start_from.is_file():
+            raise UserError(f"{source}: the checkpoint it starts from, {start_from}, is missing; plan again, or "
+                            "run it with --from-scratch")
+        resume_from = str(start_from.resolve())
     run_dir.mkdir(parents=True, exist_ok=True)
     if coordinator and not resume:      # a restart must not go on from an earlier run's checkpoint
         for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", checkpoint.FILE):
@@ -64,17 +71,19 @@ def prepare(spec: RunSpec, out_dir: str, max_time_s: float, eval_every_s: float,
 def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
         timeout_s: float = 120.0, resume: bool = False, replan_every_s: float | None = None,
         replan: Replanner | None = None, checkpoint_every_s: float | None = None, max_restarts: int = 0,
-        node_rank: int | None = None) -> RunSummary | None:
+        node_rank: int | None = None, from_scratch: bool = False) -> RunSummary | None:
     """Run this node's processes of the plan; the coordinator's node returns the run's summary.
 
-    With `replan_every_s`, `replan` re-tunes the run spec from a checkpoint every that many
-    seconds of training."""
+    The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
+    counts that probe's training), unless `from_scratch`. With `replan_every_s`, `replan` re-tunes
+    the run spec from a checkpoint every that many seconds of training."""
     plan = plan_mod.load(plan_path)
     if plan.simulated_cluster:
         raise UserError(f"{plan_path}: planned by simulation for a cluster of {plan.simulated_cluster}, whose nodes "
                         "are names, not machines; to run on such nodes, write a cluster spec with their hosts "
                         "(`nodes:`), profile it and plan again")
-    job = prepare(plan.spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, node_rank, plan_path)
+    start = None if from_scratch else plan_mod.start_path(plan, plan_path)
+    job = prepare(plan.spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, node_rank, plan_path, start)
     if checkpoint_every_s is not None and checkpoint_every_s <= 0:
         raise UserError(f"--checkpoint-every-s must be positive, got {checkpoint_every_s}")
     if max_restarts < 0:
@@ -82,7 +91,7 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
     job = dataclasses.replace(job, plan_path=str(Path(plan_path).resolve()),
                               predicted_sec_per_iter=plan.prediction.sec_per_iter,
                               predicted_time_to_target_s=plan.prediction.time_to_target_s,
-                              planning_s=plan.planning.seconds if plan.planning else None,
+                              planning_s=plan.planning.spent_s if plan.planning else None,
                               planning_probes=plan.planning.probes if plan.planning else 0,
                               checkpoint_every_s=checkpoint_every_s or float("inf"), max_restarts=max_restarts)
     if replan_every_s is None:
@@ -97,10 +106,12 @@ def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: f
 
 
 def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
-             timeout_s: float = 120.0, resume: bool = False, **experiment) -> RunSummary:
-    """Run a run spec on this one node, with no plan behind it (benchmarks, experiments).
-    `experiment` sets JobArgs' experiment fields: eval_every_iters, max_iters, trajectory."""
-    job = prepare(spec, out_dir, max_time_s, eval_every_s, timeout_s, resume)
+             timeout_s: float = 120.0, resume: bool = False, start_from: Path | None = None,
+             **experiment) -> RunSummary:
+    """Run a run spec on this one node, with no plan behind it (benchmarks, experiments), from
+    scratch or from the checkpoint `start_from`. `experiment` sets JobArgs' experiment fields:
+    eval_every_iters, max_iters, trajectory."""
+    job = prepare(spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, start_from=start_from)
     return run_job(dataclasses.replace(job, **experiment))
 
 

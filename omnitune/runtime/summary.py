@@ -40,8 +40,10 @@ class RunSummary:
     # application; hpsgd: local steps before the average change merged; gossip: local steps since
     # the worker last averaged with a peer; sync: 0.
     staleness: tuple[int, ...] = ()
-    planning_s: float | None = None  # what `plan` spent finding this run's spec (the profile not counted)
-    planning_probes: int = 0
+    planning_s: float | None = None  # what `plan` spent finding this run's spec (the profile not counted;
+    planning_probes: int = 0         # nor the training it handed on, which started_at_s counts)
+    started_at_s: float = 0.0        # training time of the checkpoint the run started from (a plan's probe,
+                                     # or a resume), counted in time_to_target_s
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):
