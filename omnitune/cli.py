@@ -173,9 +173,13 @@ def plan(
                 if p.time_to_target_s is None else
                 f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                 f"{p.sec_per_iter * 1e3:.2f} ms")
+        final = (f"; the best of the {optimizer.FINALISTS} best setups then trained on to "
+                 f"{optimizer.FINAL_GROWTH:g}× as long, and the lowest loss there won"
+                 if "trained on" in result.planning.reason else "")
         out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                   f"lowest training loss after equal training time (Omnivore's criterion; losses within "
-                  f"{optimizer.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate); {when}")
+                  f"{optimizer.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
+                  f"{final}); {when}")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
                   f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "

@@ -325,6 +325,41 @@ def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
     assert optimizer.predict(found, needs_long_curves, seconds=0.0) is found
 
 
+def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sample_profile):
+    """Ranked by loss, the best of the two best setups go on from where their probes stopped
+    (start=their hand-off) to FINAL_GROWTH times as long; the one with the lower loss at that end
+    wins, even if it trailed at the probes' length (a smaller batch leads early, a larger later)."""
+    class Handoff:
+        def __init__(self, iterations):
+            self.iterations = iterations
+
+    class Continuing:
+        def __init__(self):
+            self.handoffs, self.went_on = {}, []
+
+        def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+            if start is not None:
+                self.went_on.append((cfg, start.iterations, max_iters))
+            self.handoffs[cfg] = Handoff(max_iters)
+            batch = cfg.samples_per_update
+            lr_term = abs(math.log10(cfg.lr / 0.01))
+            loss = 1.0 + lr_term + (batch / 100 if start is None else 10 / batch)   # a probe; a finalist, later
+            r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+            return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=30.0)
+    prober = Continuing()
+    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32, 128),
+                            lrs=(0.01, 0.1))
+    found = optimizer.search(sample_profile, space, prober)
+    assert found.ranked and len(prober.went_on) == optimizer.FINALISTS
+    # the best rate of each of the two best setups (batch 8 and 32, not batch 8 at another rate)
+    assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
+    assert all(total >= optimizer.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
+    assert found.scored[0].config.batch == 32 and "trained on" in found.planning.reason
+    # A prober that keeps no hand-offs: no final round, the probes' ranking stands.
+    plain = lambda *a, **k: Continuing.__call__(Continuing(), *a, **k)
+    assert optimizer.search(sample_profile, space, plain).scored[0].config.batch == 8
+
+
 def test_losses_that_tie_go_to_the_larger_learning_rate():
     """Short-horizon bias: a loss within LOSS_TIE of the best (of the loss, and of the progress
     from the untrained loss) ties with it, and the larger effective learning rate wins the tie."""
