@@ -1,6 +1,6 @@
 """Do omnitune's plans win? The plan against an oracle grid and a user's default, in real runs.
 
-    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]]
+    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]] [--seeds N]
 
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
@@ -9,8 +9,8 @@ decade, momentum); (c) what a user would pick by default: sync on every core, lr
 
 Every grid point is screened once (seed 0); a screening run stops at 1.5× the best screening time
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
-with seeds 1, 2, 3, seed by seed across them (interleaved, so the machine's drift falls on all
-alike): medians and min–max are reported. A run that misses the target counts as its
+with seeds 1, 2, 3 (`--seeds N`: 1 to N), seed by seed across them (interleaved, so the
+machine's drift falls on all alike): medians and min–max are reported. A run that misses the target counts as its
 time limit, the workload's stated cap.
 
 The plan is omnitune's whole path with each seed: `plan` with that seed, then its run, which
@@ -135,7 +135,7 @@ def describe(c: Config) -> dict:
             "momentum": c.momentum}
 
 
-def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None) -> dict:
+def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None, seeds=SEEDS) -> dict:
     """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
     again, keep the screening, and measure the plan beside the previous finalists in this session;
     the default and finalists are kept too where they missed the cap in every run (their time is the cap)."""
@@ -144,7 +144,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     profile_s = time.perf_counter() - start
     prof_path = work / f"{name}.profile.json"
     profile_mod.save(prof, prof_path)
-    seeds = SEEDS[:1] if quick else SEEDS
+    seeds = seeds[:1] if quick else seeds
     plans = {seed: planned_with(prof, prof_path, name, b, seed, work) for seed in seeds}
     first = plans[seeds[0]]
     plan, found, prober = first["plan"], first["found"], first["prober"]
@@ -190,7 +190,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
                  "predicted_iters": plan.prediction.iters_to_target,
                  "longer_probe": {"seconds": predict_s, "predicted_iters": longer.prediction.iters_to_target,
-                                  "predicted_time_to_target_s": longer.prediction.time_to_target_s},
+                                  "predicted_time_to_target_s": longer.prediction.time_to_target_s,
+                                  "note": longer.candidates[0].note},
                  "iters_band": list(band), "planning": plan.planning.__dict__,
                  "per_seed": [{"seed": seed, **describe_plan(p["plan"]), "wall_s": p["wall_s"], "spent_s": p["spent_s"],
                                "handed_on_s": p["plan"].planning.handed_on_s,
@@ -273,7 +274,11 @@ def main() -> None:
     parser.add_argument("--replan", action="store_true", help="with --only, after a change to the planner: "
                         "profile and plan again and measure the plan beside the last run's finalists, keeping "
                         "its screening (and its default and finalists where they missed the cap in every run)")
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"repeats of the plan, the grid's best "
+                        f"{BEST_OF_GRID} and the default, with seeds 1 to this (default {len(SEEDS)})")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
     if args.replan and not args.only:
         parser.error("--replan needs --only NAME")
     chosen = QUICK if args.quick else WORKLOADS
@@ -285,7 +290,8 @@ def main() -> None:
             previous = next((r for r in rows if r["name"] == name), None) if args.replan else None
             if args.replan and previous is None:
                 parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
-            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous)]
+            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous,
+                                                                   tuple(range(1, args.seeds + 1)))]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target_accuracy", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
