@@ -650,19 +650,24 @@ class OmnivoreLoop:
 
     def final(self, scored: list[Scored]) -> list[Scored]:
         """Ranked by loss after a probe's short training, what leads early tends to win: smaller
-        rates and batches (short-horizon bias). So the leaders of the FINALISTS best setups (each
-        setup's best learning rate and momentum) train on from where their probes stopped (the
-        prober's `handoffs`), to FINAL_GROWTH times the probes' training time, and the lowest
-        training loss at that end wins: the run then starts from its state, so its extra training
-        is not lost. Not done when the prober keeps no hand-offs."""
+        rates and batches (short-horizon bias). So the FINALISTS best setups (layout, protocol,
+        batch), each at its lowest-loss learning rate and momentum, train on from where their
+        probes stopped (the prober's `handoffs`) to FINAL_GROWTH times the probes' training time,
+        and the lowest training loss at that end wins: the run then starts from its state, so its
+        extra training is not lost. Each setup is compared at its own lowest loss, not at the rate
+        that won its tie: a tie-won larger rate against another setup's lower one is a comparison
+        of rates, and the round is for setups (teacher-mlp: one worker at lr 0.12 lost to both
+        cores at 0.03, which trained 2.4x slower). Not done when the prober keeps no hand-offs."""
         handoffs = getattr(self.prober, "handoffs", None)
-        best_of_setup: dict[tuple, Scored] = {}
+        if handoffs is None:
+            return scored
+        setups: dict[tuple, list[Scored]] = {}            # in the search's order (ties to the larger rate)
         for s in scored:
             c = s.config
-            if rank_key(s.probe, s.sec_per_iter, True) is not None:
-                best_of_setup.setdefault((c.layout, c.variant, c.groups, c.batch), s)
-        leaders = list(best_of_setup.values())[:FINALISTS]
-        if handoffs is None or len(leaders) < 2 or any(s.probe.config not in handoffs for s in leaders):
+            if rank_key(s.probe, s.sec_per_iter, True) is not None and s.probe.train_loss is not None:
+                setups.setdefault((c.layout, c.variant, c.groups, c.batch), []).append(s)
+        leaders = [min(tried, key=lambda s: s.probe.train_loss) for tried in list(setups.values())[:FINALISTS]]
+        if len(leaders) < 2 or any(s.probe.config not in handoffs for s in leaders):
             return scored
         went_on = []
         for s in leaders:

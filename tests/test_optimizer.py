@@ -360,6 +360,33 @@ def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sa
     assert optimizer.search(sample_profile, space, plain).scored[0].config.batch == 8
 
 
+def test_each_finalist_setup_goes_on_at_its_own_lowest_loss(sample_profile):
+    """A setup whose larger rate won the search's tie goes to the final round at its lowest-loss
+    rate: the round compares setups, not one setup's tie-won rate with another's lower one."""
+    class Handoff:
+        def __init__(self, iterations):
+            self.iterations = iterations
+
+    class Continuing:
+        def __init__(self):
+            self.handoffs, self.went_on = {}, []
+
+        def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+            if start is not None:
+                self.went_on.append((cfg.samples_per_update, cfg.lr))
+            self.handoffs[cfg] = Handoff(max_iters)
+            loss = 1.0 + 0.05 * math.log10(cfg.lr / 0.01) + cfg.samples_per_update / 1000   # 0.1 ties 0.01
+            r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+            return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=30.0)
+    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
+    plain = lambda *a, **k: Continuing.__call__(Continuing(), *a, **k)         # no hand-offs: no final round
+    top = optimizer.search(sample_profile, space, plain).scored[0].config
+    assert (top.batch, top.lr) == (8, 0.1)                         # the search's tie went to the larger rate
+    prober = Continuing()
+    optimizer.search(sample_profile, space, prober)
+    assert sorted(prober.went_on) == [(8, 0.01), (32, 0.01)]
+
+
 def test_losses_that_tie_go_to_the_larger_learning_rate():
     """Short-horizon bias: a loss within LOSS_TIE of the best (of the loss, and of the progress
     from the untrained loss) ties with it, and the larger effective learning rate wins the tie."""
