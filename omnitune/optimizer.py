@@ -657,7 +657,7 @@ class OmnivoreLoop:
         extra training is not lost. Each setup is compared at its own lowest loss, not at the rate
         that won its tie: a tie-won larger rate against another setup's lower one is a comparison
         of rates, and the round is for setups (teacher-mlp: one worker at lr 0.12 lost to both
-        cores at 0.03, which trained 2.4x slower). Not done when the prober keeps no hand-offs."""
+        cores at 0.03, whose runs took twice as long). Not done when the prober keeps no hand-offs."""
         handoffs = getattr(self.prober, "handoffs", None)
         if handoffs is None:
             return scored
