@@ -325,28 +325,37 @@ def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
     assert optimizer.predict(found, needs_long_curves, seconds=0.0) is found
 
 
-def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sample_profile):
-    """Ranked by loss, the best of the two best setups go on from where their probes stopped
-    (start=their hand-off) to FINAL_GROWTH times as long; the one with the lower loss at that end
-    wins, even if it trailed at the probes' length (a smaller batch leads early, a larger later)."""
+class Continuing:
+    """A prober that keeps hand-offs (probe.make_prober's `handoffs`): `loss(cfg, went_on)` is a
+    probe's training loss, `went_on` whether it went on from a hand-off (a finalist)."""
+
     class Handoff:
         def __init__(self, iterations):
             self.iterations = iterations
 
-    class Continuing:
-        def __init__(self):
-            self.handoffs, self.went_on = {}, []
+    def __init__(self, loss):
+        self.loss, self.handoffs, self.went_on = loss, {}, []
 
-        def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
-            if start is not None:
-                self.went_on.append((cfg, start.iterations, max_iters))
-            self.handoffs[cfg] = Handoff(max_iters)
-            batch = cfg.samples_per_update
-            lr_term = abs(math.log10(cfg.lr / 0.01))
-            loss = 1.0 + lr_term + (batch / 100 if start is None else 10 / batch)   # a probe; a finalist, later
-            r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
-            return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=30.0)
-    prober = Continuing()
+    def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+        if start is not None:
+            self.went_on.append((cfg, start.iterations, max_iters))
+        self.handoffs[cfg] = self.Handoff(max_iters)
+        r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+        return dataclasses.replace(r, train_loss=self.loss(cfg, start is not None), iters=max_iters, start_loss=30.0)
+
+    def without_handoffs(self):
+        """The same probes from a prober that keeps no hand-offs: no final round."""
+        return lambda *a, **k: Continuing(self.loss)(*a, **k)
+
+
+def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sample_profile):
+    """Ranked by loss, the best of the two best setups go on from where their probes stopped
+    (start=their hand-off) to FINAL_GROWTH times as long; the one with the lower loss at that end
+    wins, even if it trailed at the probes' length (a smaller batch leads early, a larger later)."""
+    def loss(cfg, went_on):
+        batch = cfg.samples_per_update
+        return 1.0 + abs(math.log10(cfg.lr / 0.01)) + (10 / batch if went_on else batch / 100)
+    prober = Continuing(loss)
     space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32, 128),
                             lrs=(0.01, 0.1))
     found = optimizer.search(sample_profile, space, prober)
@@ -356,35 +365,19 @@ def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sa
     assert all(total >= optimizer.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
     assert found.scored[0].config.batch == 32 and "trained on" in found.planning.reason
     # A prober that keeps no hand-offs: no final round, the probes' ranking stands.
-    plain = lambda *a, **k: Continuing.__call__(Continuing(), *a, **k)
-    assert optimizer.search(sample_profile, space, plain).scored[0].config.batch == 8
+    assert optimizer.search(sample_profile, space, prober.without_handoffs()).scored[0].config.batch == 8
 
 
 def test_each_finalist_setup_goes_on_at_its_own_lowest_loss(sample_profile):
     """A setup whose larger rate won the search's tie goes to the final round at its lowest-loss
     rate: the round compares setups, not one setup's tie-won rate with another's lower one."""
-    class Handoff:
-        def __init__(self, iterations):
-            self.iterations = iterations
-
-    class Continuing:
-        def __init__(self):
-            self.handoffs, self.went_on = {}, []
-
-        def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
-            if start is not None:
-                self.went_on.append((cfg.samples_per_update, cfg.lr))
-            self.handoffs[cfg] = Handoff(max_iters)
-            loss = 1.0 + 0.05 * math.log10(cfg.lr / 0.01) + cfg.samples_per_update / 1000   # 0.1 ties 0.01
-            r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
-            return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=30.0)
+    prober = Continuing(lambda cfg, went_on: 1.0 + 0.05 * math.log10(cfg.lr / 0.01)      # 0.1 ties 0.01
+                        + cfg.samples_per_update / 1000)
     space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
-    plain = lambda *a, **k: Continuing.__call__(Continuing(), *a, **k)         # no hand-offs: no final round
-    top = optimizer.search(sample_profile, space, plain).scored[0].config
+    top = optimizer.search(sample_profile, space, prober.without_handoffs()).scored[0].config
     assert (top.batch, top.lr) == (8, 0.1)                         # the search's tie went to the larger rate
-    prober = Continuing()
     optimizer.search(sample_profile, space, prober)
-    assert sorted(prober.went_on) == [(8, 0.01), (32, 0.01)]
+    assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
 
 
 def test_losses_that_tie_go_to_the_larger_learning_rate():
