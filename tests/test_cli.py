@@ -175,9 +175,12 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert r.exit_code == 0, r.output
     written = json.loads(plan.read_text())
     assert "time (s)" in r.output and written["candidates"]
-    # The run starts where the chosen probe stopped; its clock counts that probe's training.
+    # The run starts where the chosen probe stopped, unless that probe reached the target; its clock
+    # counts that probe's training.
     handed = written["planning"]["handed_on_s"]
-    assert written["start"] == "plan.start.pt" and (tmp_path / "plan.start.pt").is_file() and handed > 0
+    reached = written["candidates"][0]["note"] == "reached"
+    assert (written["start"], (tmp_path / "plan.start.pt").is_file(), handed > 0) == \
+        (("", False, False) if reached else ("plan.start.pt", True, True))
     r = runner.invoke(app, ["run", str(plan), "--out-dir", str(run_dir), "--max-time-s", "60"])
     assert r.exit_code == 0, r.output
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -236,3 +239,31 @@ def test_plan_for_node_types_prints_a_simulated_plan(tmp_path):
     assert "simulated plan for 4 × box (4 nodes)" in r.output
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["hardware_model"] == "simulated" and plan["spec"]["variant"]["protocol"] == "groups"
+
+
+@pytest.mark.slow
+def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
+    """probe.hand_on: a probe stopped short of the target hands its state on, and the run's clock
+    and iterations go on from there; a probe that reached the target hands nothing on."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from omnitune import plan as plan_mod, probe, workload
+    from omnitune.plan import Planning
+
+    path = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.05)
+    plan = replace(plan_mod.load(path), planning=Planning(20.0, 3, 30.0, True, "test"))
+    wl = workload.load(plan.spec.workload)
+    train, test = wl.build_datasets(None, plan.spec.seed)
+    cfg = probe.probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
+    _, reached = probe.run_probe(wl, train, test, cfg, plan.spec.target_accuracy, 400, 30, seed=plan.spec.seed)
+    _, short = probe.run_probe(wl, train, test, cfg, 1.1, 40, 30, seed=plan.spec.seed)
+    assert probe.hand_on(plan, SimpleNamespace(handoffs={cfg: reached}), path) == plan
+    handed = probe.hand_on(plan, SimpleNamespace(handoffs={cfg: short}), path)
+    assert (handed.start, handed.planning.handed_on_iters) == ("plan.start.pt", 40)
+    plan_mod.save(handed, path)
+    r = runner.invoke(app, ["run", str(path), "--out-dir", str(tmp_path / "r"), "--max-time-s", "60"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["reached_target"] and summary["iterations"] > 40
+    assert summary["started_at_s"] == pytest.approx(handed.planning.handed_on_s) and summary["started_at_s"] > 0
