@@ -195,7 +195,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                  "iters_band": list(band), "planning": plan.planning.__dict__,
                  "per_seed": [{"seed": seed, **describe_plan(p["plan"]), "wall_s": p["wall_s"], "spent_s": p["spent_s"],
                                "handed_on_s": p["plan"].planning.handed_on_s,
-                               "handed_on_iters": p["plan"].planning.handed_on_iters} for seed, p in plans.items()],
+                               "handed_on_iters": p["plan"].planning.handed_on_iters,
+                               "predicted_s": p["plan"].prediction.time_to_target_s,
+                               "probes": p["plan"].planning.probes, "budget_s": p["plan"].planning.budget_s,
+                               "budget_reason": p["plan"].planning.reason, "log": p["log"]}
+                              for seed, p in plans.items()],
                  **planned},
         "plan_time_to_target_s": planned["median_s"], "oracle_time_to_target_s": oracle["median_s"],
         "default_time_to_target_s": default["median_s"], "planning_s": planning_s, "profile_s": profile_s,
@@ -220,7 +224,9 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     start = time.perf_counter()
     wl = workload.load(name)
     prober = make_prober(wl, None, b.target, seed=seed)
-    found = optimizer.search(prof, optimizer.Space(), prober)
+    log: list[str] = []                 # the search's own account, kept in the results
+    found = optimizer.search(prof, optimizer.Space(), prober,
+                             log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
     plan = optimizer.build_plan(found, prof, str(prof_path), name, None, b.target, seed,
                                 datetime.now(timezone.utc).isoformat())
     path = work / f"{name}-plan-s{seed}.json"
@@ -230,7 +236,7 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     print(f"{name} seed {seed}: plan {wall_s:.1f}s, {spent_s:.1f}s of it spent ({found.planning.probes} probes): "
           f"{describe_plan(plan)}, predicted {plan.prediction.time_to_target_s}s", flush=True)
     return {"plan": plan, "found": found, "prober": prober, "wall_s": wall_s, "spent_s": spent_s,
-            "start": start_path(plan, path)}
+            "start": start_path(plan, path), "log": log}
 
 
 def config_of(configs: list[Config], row: dict) -> Config:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel, Shape, calibration_shape
+from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel, Piecewise, Shape, calibration_shape
 from omnitune.profile import AllReduceTiming, Network, P2PTiming
 from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
 
@@ -12,6 +12,15 @@ def test_linear_fit_recovers_ground_truth():
     fit = Linear.fit(x, truth(x) * (1 + np.array([0.01, -0.01, 0.02, -0.02])))
     assert fit.intercept == pytest.approx(truth.intercept, rel=0.1)
     assert fit.slope == pytest.approx(truth.slope, rel=0.1)
+
+
+def test_calibration_bends_through_three_batches():
+    # teacher-mlp on both cores: real jobs against the analytic model at batches 16, 128, 256.
+    fit = Piecewise.fit([(2.1e-3, 5.7e-3), (6.6e-3, 11.5e-3), (4.1e-3, 7.2e-3)])
+    assert [fit(x) for x in (2.1e-3, 4.1e-3, 6.6e-3)] == pytest.approx([5.7e-3, 7.2e-3, 11.5e-3], rel=1e-6)
+    assert fit(3.1e-3) == pytest.approx((5.7e-3 + 7.2e-3) / 2, rel=1e-6)      # between neighbours
+    assert fit(9.1e-3) > Linear.fit([2.1e-3, 4.1e-3], [5.7e-3, 7.2e-3])(9.1e-3)   # beyond: the last piece's slope
+    assert Piecewise.fit([(2e-3, 5e-3), (2e-3, 7e-3)])(4e-3) == pytest.approx(12e-3)    # one x: a ratio
 
 
 def test_compute_model_passes_through_measurements_and_grows():

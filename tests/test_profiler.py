@@ -30,9 +30,9 @@ def test_calibration_runs_every_variant_the_planner_may_choose():
 
 def test_the_larger_calibration_batch_is_cut_to_what_a_job_can_time_several_updates_of():
     cluster = local_cluster(cpu_count=2, cuda_count=0)
-    specs = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (16, 128))
-    job = ProfileJob("lenet-digits", None, cluster.layout("one-per-core"), Settings(calibrate_s=0.4),
-                     calibration_specs=specs)
+    specs = profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (16, 64, 256))
+    job = ProfileJob("lenet-digits", None, cluster.layout("one-per-core"),
+                     Settings(calibrate_s=0.4, calibrate_batches=(16, 64, 256)), calibration_specs=specs)
 
     def steps(per_sample_s: float) -> list[StepTiming]:
         return [StepTiming(b, b * per_sample_s, 1 / per_sample_s) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
@@ -40,7 +40,8 @@ def test_the_larger_calibration_batch_is_cut_to_what_a_job_can_time_several_upda
     def batches(*devices) -> set[int]:
         return {b for s in sized_specs(job, list(devices)) for b in s.batch_size.values()}
 
-    assert batches(steps(1e-5), steps(2e-5)) == {16, 128}           # fast steps: batch 128 fits 8 updates
+    assert batches(steps(1e-5), steps(2e-5)) == {16, 64, 256}       # fast steps: batch 256 fits 8 updates
+    assert batches(steps(3e-4), steps(3e-4)) == {16, 64, 128}       # 8 updates of 0.077 s fit 0.4 s, not of 0.15
     # The slower device decides: 8 updates of 0.03 s fit 0.4 s at batch 32, not at 64.
     assert batches(steps(1e-5), steps(1e-3)) == {16, 32}
     assert batches(steps(1e-2), steps(1e-2)) == {16, 32}            # nothing fits: twice the smaller batch

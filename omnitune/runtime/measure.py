@@ -34,7 +34,7 @@ class Settings:
     warmup: int = 1
     link_repeats: int = 20
     calibrate_s: float = 0.4                 # each calibration job runs this long
-    calibrate_batches: tuple[int, ...] = (16, 128)
+    calibrate_batches: tuple[int, ...] = (16, 64, 256)   # the planner's batches run to 256 (optimizer)
 
     @classmethod
     def make(cls, quick: bool, max_batch: int | None = None) -> "Settings":

@@ -164,10 +164,11 @@ CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger 
 
 
 def sized_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
-    """The layout's calibration jobs, their larger batch cut to the largest that the measured
+    """The layout's calibration jobs, their largest batch cut to the largest that the measured
     steps say a job times CALIBRATION_STEPS updates of in `calibrate_s`, and at least twice the
-    smaller batch, so that the two still fix a slope. A slow model's job at batch 128 saw two
-    updates, the first of them a warm-up, in four times the time of one at a smaller batch."""
+    smallest batch, so that the two still fix a slope; a middle batch at or above the cut is
+    left out. A slow model's job at batch 128 saw two updates, the first of them a warm-up, in
+    four times the time of one at a smaller batch."""
     small, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
     if large <= small or any(s is None for s in steps):
         return job.calibration_specs
@@ -178,9 +179,16 @@ def sized_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     everyone = set.intersection(*({t.batch_size for t in timings} for timings in steps))
     fit = [b for b in everyone if 2 * small <= b <= large
            and slowest[b] * CALIBRATION_STEPS <= job.settings.calibrate_s]
-    batch = max(fit, default=min(2 * small, large))
-    return tuple(replace(s, batch_size=dict.fromkeys(s.batch_size, batch)) if min(s.batch_size.values()) == large
-                 else s for s in job.calibration_specs)
+    cut = max(fit, default=min(2 * small, large))
+    top = max(min(s.batch_size.values()) for s in job.calibration_specs)
+    out = []
+    for s in job.calibration_specs:
+        b = min(s.batch_size.values())
+        if b < cut:
+            out.append(s)
+        elif b == top:
+            out.append(replace(s, batch_size=dict.fromkeys(s.batch_size, cut)))
+    return tuple(out)
 
 
 def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
