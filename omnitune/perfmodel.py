@@ -20,7 +20,8 @@ real jobs of the runtime (calibration) for each layout, protocol and g at a few 
 where such measurements exist, (a, c) through the two calibrated batches either side of b (the
 nearest two beyond them): real jobs bend where the analytic model is straight (teacher-mlp on
 both cores: 5.7 and 7.2 ms at batches 16 and 128 against 2.1 and 4.1 analytic; the line through
-them put batch 256, 6.6 analytic, at 9.1 ms, and its runs took 10.5-12.1). Pure: no processes, files or environment reads.
+them put batch 256, 6.6 analytic, at 9.1 ms, and its runs took 10.5-12.1).
+Pure: no processes, files or environment reads.
 """
 
 from __future__ import annotations
