@@ -23,7 +23,8 @@ train more iterations), and configurations rank by their training loss at the en
 own criterion. The leaders of the best setups then train on from where their probes stopped to
 a few times that length and are ranked again (`final`: short-horizon bias), and the run starts
 from the winner's state. The plan carries a predicted time only if its probe could extrapolate one.
-Settings at least as large as one that diverged are skipped. Each probe is capped at the
+Settings at least as large as one that diverged are skipped, and so is a sync setup whose updates
+a faster one makes too (`faster_twin`: as many samples per update). Each probe is capped at the
 iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
 whose pruner stops it when it lags the others at the same predicted training time (study.py).
 Probing is injected (`Prober`), so this module starts no process and imports no torch.
@@ -418,15 +419,16 @@ class OmnivoreLoop:
 
     def cold_start(self, setups: list[Setup]) -> Scored | None:
         """Learning rate over decades at a reference setup (the batch nearest the middle, fastest,
-        among those a scout trains enough iterations of), refined;
+        among those a scout trains enough iterations of and with no faster twin), refined;
         then every other setup at the best rate and at the rate scaled with its update batch."""
         if not setups:
             return None
         middle = sorted(self.space.batch_sizes)[len(self.space.batch_sizes) // 2]
         # Scouts of 20 iterations say nothing (shapes-resnet: both cores at batch 64, 130 ms an
         # iteration, ranked lr 0.1 by losses 2.24 vs 2.28): the reference lets them train SCOUT_ITERS.
-        enough = [s for s in setups if budget_mod.SCOUT_S >= budget_mod.SCOUT_ITERS * s.probe_sec_per_iter]
-        ref = max(enough or [min(setups, key=lambda s: s.probe_sec_per_iter)],
+        firsts = [s for s in setups if faster_twin(s, self.setups) is None] or setups
+        enough = [s for s in firsts if budget_mod.SCOUT_S >= budget_mod.SCOUT_ITERS * s.probe_sec_per_iter]
+        ref = max(enough or [min(firsts, key=lambda s: s.probe_sec_per_iter)],
                   key=lambda s: (-abs(math.log(s.batch / middle)), s.samples_per_s))
         best = self.decades(ref)
         ref_samples = ref.variant.samples_per_update(ref.batches)
@@ -545,6 +547,11 @@ class OmnivoreLoop:
             self.tried[key] = (f"not probed: in the probes' training time of {self.train_s:.1f}s it would train "
                                f"{self.train_s / s.sec_per_iter:.0f} iterations, under {budget_mod.MIN_PROBE_ITERS}: "
                                "no fair comparison by loss")
+            return None
+        twin = faster_twin(s, self.setups)
+        if twin is not None:
+            self.tried[key] = (f"not probed: the same updates as {twin.layout} at batch {twin.batch}, which runs "
+                               f"faster ({twin.sec_per_iter * 1e3:.2f} against {s.sec_per_iter * 1e3:.2f} ms)")
             return None
         if any(d.variant == pc.variant and d.lr <= pc.lr and d.momentum <= pc.momentum for d in self.diverged):
             self.tried[key] = "not probed: at least as large as a setting that diverged"
@@ -698,6 +705,22 @@ class OmnivoreLoop:
         out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
                 for s in self.setups if s not in reached]
         return out
+
+
+def faster_twin(s: Setup, setups: list[Setup]) -> Setup | None:
+    """The fastest setup that makes the same updates as `s` in less time, if any. Sync's update is
+    one step on the gradient of all its devices' samples together, so sync setups with as many
+    samples per update (one worker at batch 256, both cores at 128 each) need the same iterations
+    and differ only in seconds per iteration: the slower is never worth a probe. Compared at equal
+    training time, it trains fewer iterations of the same updates, and a lead in loss is noise
+    (teacher-mlp: both cores at 128 led one worker at 256 by 0.0015 at 3× the probes' length, and
+    ran 110 s against 56)."""
+    if not isinstance(s.variant, protocols.Sync):
+        return None
+    samples = s.variant.samples_per_update(s.batches)
+    twins = [t for t in setups if isinstance(t.variant, protocols.Sync) and t.sec_per_iter < s.sec_per_iter
+             and t.variant.samples_per_update(t.batches) == samples]
+    return min(twins, key=lambda t: t.sec_per_iter, default=None)
 
 
 def rank_key(r: ProbeResult | None, sec_per_iter: float, ranking: bool) -> tuple[int, float] | None:

@@ -461,3 +461,24 @@ def test_scouts_run_where_they_train_enough_iterations(sample_profile):
     optimizer.search(slow, optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 16, 64)),
                      recording)
     assert seen[0] == ((8,),) and seen.count(((8,),)) >= budget.SCOUTS
+
+
+def test_a_sync_setup_with_a_faster_twin_is_not_probed(sample_profile):
+    """Sync setups with as many samples per update make the same updates: only the faster is
+    probed, and the slower is listed with the reason."""
+    space = optimizer.Space(protocols=("sync",), batch_sizes=(16, 32), lrs=(0.05,))
+    setups = optimizer.enumerate_setups(sample_profile, space)
+    pairs = {(s.layout, s.batch): s for s in setups}
+    worker, cores = pairs[("one-worker", 32)], pairs[("one-per-core", 16)]      # 32 samples an update each
+    slower, faster = sorted((worker, cores), key=lambda s: s.sec_per_iter)[::-1]
+    assert optimizer.faster_twin(slower, setups) is faster and optimizer.faster_twin(faster, setups) is None
+    assert optimizer.faster_twin(pairs[("one-worker", 16)], setups) is None            # no other 16
+    probed = []
+
+    def prober(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        probed.append(cfg.batches)
+        return ProbeResult(cfg, 100.0, True, ((100, 0.95),), 0.0, 0.1, "reached")
+    found = optimizer.search(sample_profile, space, prober)
+    assert slower.probe(0.05, 0.9).batches not in probed and faster.probe(0.05, 0.9).batches in probed
+    notes = [s.note for s in found.scored if (s.config.layout, s.config.batch) == (slower.layout, slower.batch)]
+    assert any(n.startswith(f"not probed: the same updates as {faster.layout} at batch {faster.batch}") for n in notes)
