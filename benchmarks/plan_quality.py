@@ -210,8 +210,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         "default_over_plan": default["median_s"] / planned["median_s"],
         "repeats": len(seeds),
         "spread": {"plan": planned["spread_s"], "oracle": oracle["spread_s"], "default": default["spread_s"]},
-        "band_holds": holds_per_run(band, [r for r, p in zip(planned["runs"], plans.values())
-                                           if describe_plan(p["plan"]) == describe_plan(plan)]),
+        "band_holds": holds_per_run(band, runs_of_the_first_plan(planned["runs"],
+                                                                 [describe_plan(p["plan"]) for p in plans.values()])),
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
     }
@@ -249,6 +249,12 @@ def holds_per_run(band, runs: list[dict]) -> list[bool]:
     return [band_holds(band, r["iterations"]) for r in runs if r["reached"]] if band else []
 
 
+def runs_of_the_first_plan(runs: list[dict], plans: list[dict]) -> list[dict]:
+    """The runs, one per seed, of plans that chose the first seed's configuration: the band comes
+    from a longer probe of that configuration and says nothing about another seed's."""
+    return [r for r, p in zip(runs, plans) if p == plans[0]]
+
+
 def describe_plan(plan) -> dict:
     s = plan.spec
     return {"layout": plan.layout, "protocol": s.variant.label, "groups": len(s.groups),
@@ -268,7 +274,16 @@ def kept_rows(quick: bool) -> list[dict]:
     data = json.loads(path.read_text())
     if data.get("version") != 2 or data.get("quick") != quick:
         return []
-    return [{**r, "band_holds": holds_per_run(r["plan"]["iters_band"], r["plan"]["runs"])} for r in data["workloads"]]
+    return [{**r, "band_holds": holds_per_run(r["plan"]["iters_band"], kept_runs_of_the_first_plan(r["plan"]))}
+            for r in data["workloads"]]
+
+
+def kept_runs_of_the_first_plan(plan: dict) -> list[dict]:
+    """runs_of_the_first_plan on a row read back from the JSON (all runs where it has no per-seed plans)."""
+    if "per_seed" not in plan:
+        return plan["runs"]
+    keys = ("layout", "protocol", "groups", "batch", "lr", "momentum")
+    return runs_of_the_first_plan(plan["runs"], [{k: s[k] for k in keys} for s in plan["per_seed"]])
 
 
 def main() -> None:

@@ -107,7 +107,7 @@ def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, n
     if reached is not None:
         note = "reached"
         fit = statmodel.extrapolate(iters, acc, target, test_size)
-        interval = (min(reached, fit.band[0]), max(reached, fit.band[1])) if fit.band else None
+        interval = statmodel.reached_band(iters, acc, target, reached, fit, test_size)
     elif note == "pruned":
         estimate = None
     elif note != "diverged" and curve:

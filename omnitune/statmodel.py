@@ -164,7 +164,7 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     if slow is None:
         why = f"levels off at {1 - fit.floor:.3f}, below the target" if 1 - fit.floor <= target else "too flat"
         return Extrapolation(None, None, math.inf, why)
-    spread = max(fit.sigma, math.sqrt(target * (1 - target) / test_size) if test_size else 0.0)
+    spread = max(fit.sigma, reading_noise(target, test_size))
     curve = 1.0 - (fit.floor + fit.scale * np.maximum(iters, 1.0) ** -fit.c)
     rng = np.random.default_rng(0)
     crossings = []
@@ -179,10 +179,35 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     if beyond > EVIDENCE:
         hi = max(hi, slow * beyond / EVIDENCE)
     fast = min(pace_crossing(iters, accuracy, target, test_size) or slow, slow)
+    # A run's first reading at the target tends to come while its true accuracy is still about
+    # one reading's noise below it: the band's optimistic end is the pace's crossing of that.
+    early = pace_crossing(iters, accuracy, target - reading_noise(target, test_size), test_size) or fast
     w_slow, w_fast = (1.0 / max(err, 1e-3) ** 2 for err in (backtest(iters, accuracy, test_size) or (1.0, 1.0)))
     estimate = math.exp((w_slow * math.log(slow) + w_fast * math.log(fast)) / (w_slow + w_fast))
     note = "extrapolated" if beyond <= EVIDENCE else f"extrapolated {beyond:.0f}× past the probe: beyond its evidence"
-    return Extrapolation(estimate, (float(min(lo, fast)), float(max(hi, slow))), beyond, note)
+    return Extrapolation(estimate, (float(min(lo, fast, early)), float(max(hi, slow))), beyond, note)
+
+
+def reading_noise(target: float, test_size: int | None) -> float:
+    """The sampling spread of one test accuracy reading near the target on `test_size` samples
+    (0 when unknown). The run's stopping check reads the same kind of noisy accuracy, so its first
+    reading at the target falls early or late by the iterations the curve takes to climb this much."""
+    return math.sqrt(target * (1 - target) / test_size) if test_size else 0.0
+
+
+def reached_band(iters, accuracy, target: float, reached: float, fit: "Extrapolation",
+                 test_size: int | None = None) -> tuple[float, float] | None:
+    """The band on iterations to target of a curve that reached it at `reached` (interpolated
+    between two readings): down to the last reading below the target (the crossing lies between
+    them) or, lower still, the curve's crossing of one reading's noise below the target (a run's
+    noisy readings can cross that early); up to the refits' top."""
+    if fit.band is None:
+        return None
+    iters, accuracy = np.asarray(iters, float), np.asarray(accuracy, float)
+    first = int(np.nonzero(accuracy >= target)[0][0])
+    before = float(iters[first - 1]) if first > 0 else reached
+    early = iters_to_target(iters, accuracy, target - reading_noise(target, test_size)) or reached
+    return float(min(reached, fit.band[0], before, early)), float(max(reached, fit.band[1]))
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,30 @@ def test_band_widens_with_noise_and_past_the_evidence():
     assert sampled.band[1] - sampled.band[0] > a.band[1] - a.band[0]
 
 
+def test_the_band_reaches_down_to_the_crossing_one_readings_noise_below_the_target():
+    """A run stops at its first noisy reading at the target, which tends to come while its true
+    accuracy is still about one reading's noise below: the band's optimistic end is there."""
+    t = np.arange(100, 4100, 100.0)
+    acc = 1 - 0.2 * np.exp(-t / 2000)
+    exact, sampled = statmodel.extrapolate(t, acc, 0.99), statmodel.extrapolate(t, acc, 0.99, test_size=2000)
+    noise = statmodel.reading_noise(0.99, 2000)
+    assert noise == pytest.approx((0.99 * 0.01 / 2000) ** 0.5)
+    assert exact.band[0] == pytest.approx(2000 * np.log(0.2 / 0.01), rel=0.02)
+    assert sampled.band[0] == pytest.approx(2000 * np.log(0.2 / (0.01 + noise)), rel=0.02)
+    assert sampled.iters == pytest.approx(exact.iters)            # the estimate itself does not move
+
+
+def test_a_reached_curves_band_starts_at_the_last_reading_below_or_its_noise_crossing():
+    t = np.array([100, 200, 300, 400, 500, 600, 700, 800.0])
+    acc = np.array([0.50, 0.70, 0.80, 0.86, 0.88, 0.895, 0.905, 0.93])
+    reached = statmodel.iters_to_target(t, acc, 0.9)              # 650, between the readings at 600 and 700
+    fit = statmodel.extrapolate(t, acc, 0.9)
+    assert statmodel.reached_band(t, acc, 0.9, reached, fit)[0] == min(600, fit.band[0])
+    noisy = statmodel.reached_band(t, acc, 0.9, reached, fit, test_size=500)   # noise 0.0134: 0.8866 at 544
+    assert noisy[0] == pytest.approx(500 + 100 * (0.9 - 0.0134 - 0.88) / 0.015, rel=0.01) and noisy[0] < fit.band[0]
+    assert noisy[1] == statmodel.reached_band(t, acc, 0.9, reached, fit)[1] >= reached
+
+
 def test_fit_momentum_recovers_heavy_ball_on_a_quadratic():
     rng = np.random.default_rng(0)
     h = rng.uniform(0.1, 5.0, size=20)                     # curvatures of a diagonal quadratic
