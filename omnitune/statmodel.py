@@ -147,7 +147,8 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     The pessimistic end is the plateau fit's crossing. Its uncertainty is the 10th to 90th
     percentile of the crossings of refits to the fitted curve plus noise as large as the residuals
     (or the test set's sampling spread, if larger); a refit whose plateau misses the target puts
-    the band's top at infinity. The optimistic end is the recent pace's crossing (pace_crossing).
+    the band's top at infinity. The optimistic end is the recent pace's crossing (pace_crossing)
+    of the target less one reading's noise (reading_noise).
     The band runs from the lower of the two to the refits' top. The estimate is a weighted
     geometric mean of the two crossings, each weighted by the inverse square of its model's
     forecast error on the curve's last third (backtest; equal weights without one): teacher-mlp's
