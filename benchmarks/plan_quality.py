@@ -255,10 +255,13 @@ def runs_of_the_first_plan(runs: list[dict], plans: list[dict]) -> list[dict]:
     return [r for r, p in zip(runs, plans) if p == plans[0]]
 
 
+PLAN_KEYS = ("layout", "protocol", "groups", "batch", "lr", "momentum")   # what describe_plan records
+
+
 def describe_plan(plan) -> dict:
     s = plan.spec
-    return {"layout": plan.layout, "protocol": s.variant.label, "groups": len(s.groups),
-            "batch": s.batch_size[s.devices[0].id], "lr": s.lr, "momentum": s.momentum}
+    return dict(zip(PLAN_KEYS, (plan.layout, s.variant.label, len(s.groups), s.batch_size[s.devices[0].id],
+                                s.lr, s.momentum)))
 
 
 def results_name(quick: bool) -> str:
@@ -282,8 +285,7 @@ def kept_runs_of_the_first_plan(plan: dict) -> list[dict]:
     """runs_of_the_first_plan on a row read back from the JSON (all runs where it has no per-seed plans)."""
     if "per_seed" not in plan:
         return plan["runs"]
-    keys = ("layout", "protocol", "groups", "batch", "lr", "momentum")
-    return runs_of_the_first_plan(plan["runs"], [{k: s[k] for k in keys} for s in plan["per_seed"]])
+    return runs_of_the_first_plan(plan["runs"], [{k: s[k] for k in PLAN_KEYS} for s in plan["per_seed"]])
 
 
 def main() -> None:

@@ -208,7 +208,7 @@ def reached_band(iters, accuracy, target: float, reached: float, fit: "Extrapola
     first = int(np.nonzero(accuracy >= target)[0][0])
     before = float(iters[first - 1]) if first > 0 else reached
     early = iters_to_target(iters, accuracy, target - reading_noise(target, test_size)) or reached
-    return float(min(reached, fit.band[0], before, early)), float(max(reached, fit.band[1]))
+    return float(min(before, fit.band[0], early)), float(max(reached, fit.band[1]))
 
 
 @dataclass(frozen=True)
