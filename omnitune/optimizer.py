@@ -4,8 +4,8 @@ time_to_target = sec_per_iter (hardware efficiency, perfmodel) × iters_to_targe
 efficiency, probes). Every setup (layout, protocol variant, batch) is scored for hardware
 efficiency first. Probes then follow Omnivore's loop (Hadjis et al. 2016, §4):
   1. Cold start, synchronous: momentum 0.9, learning rate over decades (0.1 … 0.0001, carried
-     on past an edge that wins), refined half a decade either side of the best, at a middle
-     batch; then every other batch at that rate and at the rate scaled with its update batch.
+     on past an edge that wins) at a middle batch; then every other batch at that rate and at the
+     rate scaled with its update batch; then half a decade either side of the best one's rate.
   2. Each other protocol climbs its own ladder of rungs, least asynchronous first. A rung tries
      momentum from Omnivore's grid (the rule's value mu* - (1 - 1/g) first) and the previous
      rung's learning rate, a third and a tenth of it, skipping momenta and per-device batches
@@ -419,8 +419,12 @@ class OmnivoreLoop:
 
     def cold_start(self, setups: list[Setup]) -> Scored | None:
         """Learning rate over decades at a reference setup (the batch nearest the middle, fastest,
-        among those a scout trains enough iterations of and with no faster twin), refined;
-        then every other setup at the best rate and at the rate scaled with its update batch."""
+        among those a scout trains enough iterations of and with no faster twin); then every other
+        setup at the best rate and at the rate scaled with its update batch; then half a decade
+        either side of the best setup's rate. Batches come before the refinement: when the budget
+        is short, which batch matters more than a rate's last half decade (teacher-mlp, seeds 2
+        and 3: a 15 s budget spent refining batch 64 at 2-3 s a probe, batch 256 never probed,
+        and the plan took 2.4x the grid's best)."""
         if not setups:
             return None
         middle = sorted(self.space.batch_sizes)[len(self.space.batch_sizes) // 2]
@@ -430,20 +434,26 @@ class OmnivoreLoop:
         enough = [s for s in firsts if budget_mod.SCOUT_S >= budget_mod.SCOUT_ITERS * s.probe_sec_per_iter]
         ref = max(enough or [min(firsts, key=lambda s: s.probe_sec_per_iter)],
                   key=lambda s: (-abs(math.log(s.batch / middle)), s.samples_per_s))
-        best = self.decades(ref)
+        mu = self.momenta(ref.variant)[0]
+        best = self.decades(ref, mu)
         ref_samples = ref.variant.samples_per_update(ref.batches)
         for s in sorted(setups, key=lambda s: -s.samples_per_s):
             scale = s.variant.samples_per_update(s.batches) / ref_samples
             effective = [best] if best is None or scale == 1 else [best, best * scale]
             for lr in self.rates(s, [] if best is None else effective):
                 self.probe(s, lr, self.momenta(s.variant)[0])
+        lead = self.best_of(setups)
+        if lead is not None and self.space.lrs is None:
+            s = self.setup_of(lead.config)
+            step = lead.config.lr / s.variant.lr_gain
+            for f in LR_REFINE:
+                self.probe(s, self.rates(s, [float(f"{step * f:.2g}")])[0], lead.config.momentum)
         return self.best_of(setups)
 
-    def decades(self, ref: Setup) -> float | None:
+    def decades(self, ref: Setup, mu: float) -> float | None:
         """The best effective learning rate at `ref`: decades from the largest down, until one does
         worse than the best so far (the scouts, compared by time if they reach the target, else by
-        training loss), carried on past a winning edge, then half a decade either side of the best."""
-        mu = self.momenta(ref.variant)[0]
+        training loss), carried on past a winning edge."""
         if self.space.lrs is not None:
             for lr in self.space.lrs:
                 self.probe(ref, lr, mu)
@@ -465,12 +475,10 @@ class OmnivoreLoop:
             if self.best_rate(ref, mu, tried) != edge:
                 break
             best = edge
-        if best is None:
-            return None
-        for f in LR_REFINE:
-            tried.append(float(f"{best * f:.2g}"))
-            self.probe(ref, self.rates(ref, [tried[-1]])[0], mu)
-        return self.best_rate(ref, mu, tried)
+        return best
+
+    def setup_of(self, config: Config) -> Setup:
+        return next(s for s in self.setups if s.config(config.lr, config.momentum) == config)
 
     def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
         done = [lr for lr in effective if self.rank(s, self.rates(s, [lr])[0], mu) is not None]
@@ -498,7 +506,7 @@ class OmnivoreLoop:
         """Why the ladder stops here ("" if it does not): samples per second at the previous
         optimum's per-device batch are not STOP_GAIN above the previous optimum's."""
         pc = prev.config
-        before = next(s for s in self.setups if s.config(pc.lr, pc.momentum) == pc)
+        before = self.setup_of(pc)
         same = [s for s in setups if s.batch == pc.batch] or setups
         after = max(same, key=lambda s: (s.layout == pc.layout, s.samples_per_s))
         if after.samples_per_s >= (1 + STOP_GAIN) * before.samples_per_s:
@@ -660,8 +668,9 @@ class OmnivoreLoop:
         rates and batches (short-horizon bias). So the FINALISTS best setups (layout, protocol,
         batch), each at its lowest-loss learning rate and momentum, train on from where their
         probes stopped (the prober's `handoffs`) to FINAL_GROWTH times the probes' training time,
-        and the lowest training loss at that end wins: the run then starts from its state, so its
-        extra training is not lost. Each setup is compared at its own lowest loss, not at the rate
+        and the lowest training loss at that end wins (a tie, LOSS_TIE as in the search, goes to
+        the larger learning rate): the run then starts from its state, so its extra training is not
+        lost. Each setup is compared at its own lowest loss, not at the rate
         that won its tie: a tie-won larger rate against another setup's lower one is a comparison
         of rates, and the round is for setups (teacher-mlp: one worker at lr 0.12 lost to both
         cores at 0.03, whose runs took twice as long). Not done when the prober keeps no hand-offs."""
@@ -688,7 +697,12 @@ class OmnivoreLoop:
             self.log(f"finalist {s.config.variant.label} batch {s.config.batch} lr {s.config.lr:.3g} trained on to "
                      f"{r.iters} iterations: training loss {r.train_loss}")
             went_on.append(replace(s, probe=r))
-        order = sorted(went_on, key=lambda s: s.probe.train_loss if s.probe.train_loss is not None else math.inf)
+        # Ties go to the larger learning rate, as in the search: the round is still short
+        # (teacher-mlp, seed 3: batch 128 at 0.01 beat 256 at 0.04 by 0.2508 to 0.2519, and took 114 s
+        # to the other's 51-54). The progress that scales the tie is from the untrained loss.
+        keys = long_horizon_keys([(rank_key(r.probe, r.sec_per_iter, True), r.config.lr / r.config.variant.lr_gain,
+                                   s.probe.start_loss) for s, r in zip(leaders, went_on)])
+        order = [went_on[i] for i in sorted(range(len(went_on)), key=lambda i: keys[i] or (4, 0.0, 0.0))]
         self.finalists = len(went_on)
         return order + [s for s in scored if s not in leaders]
 

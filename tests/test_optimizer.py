@@ -55,6 +55,22 @@ def test_learning_rate_is_found_over_decades_then_refined(sample_profile):
     assert scored[0].config.momentum == 0.9                          # the synchronous cold start
 
 
+def test_batches_are_compared_before_the_rate_is_refined(sample_profile):
+    """A short budget goes to which batch before a rate's last half decade: after the decades at
+    the reference, every other batch at the best rate and the scaled one; the refinement last,
+    half a decade either side of the best of those, at its setup."""
+    prober = FakeProber()
+    optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), prober)
+    calls = [c for c, _ in prober.calls]
+    ref = calls[0].batches
+    assert [c.lr for c in calls[:4]] == list(optimizer.LR_DECADES) and all(c.batches == ref for c in calls[:4])
+    *others, below, above = calls[4:]
+    setups = optimizer.enumerate_setups(sample_profile, optimizer.Space(protocols=("sync",)))
+    assert {c.batches for c in others} == {s.batches for s in setups if optimizer.faster_twin(s, setups) is None} - {ref}
+    assert below.batches == above.batches and above.lr / below.lr == pytest.approx(9, rel=0.1)
+    assert any(c.batches == below.batches and c.lr == pytest.approx(3 * below.lr, rel=0.05) for c in calls[:-2])
+
+
 def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile):
     prober = FakeProber()
     scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(), prober).scored
@@ -378,6 +394,18 @@ def test_each_finalist_setup_goes_on_at_its_own_lowest_loss(sample_profile):
     assert (top.batch, top.lr) == (8, 0.1)                         # the search's tie went to the larger rate
     optimizer.search(sample_profile, space, prober)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
+
+
+def test_finalists_that_tie_go_to_the_larger_learning_rate(sample_profile):
+    """The final round is short too: a finalist within LOSS_TIE of the best loss wins on the larger
+    learning rate (teacher-mlp: batch 128 at 0.01 led 256 at 0.04 by 0.2508 to 0.2519 and took
+    twice as long to the target)."""
+    table = {(8, 0.01): (1.0, 1.0), (8, 0.1): (1.5, 1.5), (32, 0.01): (1.6, 1.6), (32, 0.1): (1.15, 1.02)}
+    prober = Continuing(lambda cfg, went_on: table[cfg.samples_per_update, cfg.lr][went_on])
+    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
+    found = optimizer.search(sample_profile, space, prober)
+    assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.1)]
+    assert (found.scored[0].config.batch, found.scored[0].config.lr) == (32, 0.1)
 
 
 def test_losses_that_tie_go_to_the_larger_learning_rate():
