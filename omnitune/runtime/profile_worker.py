@@ -32,7 +32,7 @@ from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.context import JobArgs, torch_device
 from omnitune.runtime.flat import num_buffers, num_params
 from omnitune.runtime.launch import join
-from omnitune.runtime.measure import Settings, StepTimer, batch_sizes, measure_steps
+from omnitune.runtime.measure import Settings, StepTimer, barriers, measure_steps
 from omnitune.runtime.process import run_role
 from omnitune.runtime.server import ParameterServer
 from omnitune.runtime.topology import Node, roles
@@ -248,7 +248,7 @@ def main(job: ProfileJob) -> list[dict] | None:
         if device is not None:
             result.update(device_id=device.id, steps=measure_steps(timer, job.settings, barrier=dist.barrier))
         else:
-            for _ in batch_sizes(job.settings.max_batch):
+            for _ in range(barriers(job.settings)):
                 dist.barrier()                          # the server rank idles while devices are timed
         model_bytes = sum(p.numel() * p.element_size() for p in timer.model.parameters())
         sizes = message_sizes(model_bytes)
