@@ -2,7 +2,7 @@
 
 A step is what the runtime's loop does once: draw a batch, forward, backward, optimizer step.
 It is timed at batch sizes 1, 2, 4, … (median of repeats after warm-up) until a step grows too
-slow or the batch no longer fits in memory, in a few passes over the sizes (`measure_steps`).
+slow or the batch no longer fits in memory, in one pass over the sizes or more (`measure_steps`).
 """
 
 from __future__ import annotations
