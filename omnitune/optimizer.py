@@ -78,6 +78,7 @@ LOSS_TIE = 0.10
 # 16 led 32 (2.14 vs 2.19); at 3 times as long 1.94 vs 1.87.
 FINALISTS = 2
 FINAL_GROWTH = 3.0
+UNRANKED = (4, 0.0, 0.0)   # sorts after every key long_horizon_keys gives
 
 
 @dataclass(frozen=True)
@@ -443,7 +444,7 @@ class OmnivoreLoop:
             for lr in self.rates(s, [] if best is None else effective):
                 self.probe(s, lr, self.momenta(s.variant)[0])
         lead = self.best_of(setups)
-        if lead is not None and self.space.lrs is None:
+        if best is not None and lead is not None:       # None: pinned rates, or no decade ranked
             s = self.setup_of(lead.config)
             step = lead.config.lr / s.variant.lr_gain
             for f in LR_REFINE:
@@ -702,7 +703,7 @@ class OmnivoreLoop:
         # to the other's 51-54). The progress that scales the tie is from the untrained loss.
         keys = long_horizon_keys([(rank_key(r.probe, r.sec_per_iter, True), r.config.lr / r.config.variant.lr_gain,
                                    s.probe.start_loss) for s, r in zip(leaders, went_on)])
-        order = [went_on[i] for i in sorted(range(len(went_on)), key=lambda i: keys[i] or (4, 0.0, 0.0))]
+        order = [went_on[i] for i in sorted(range(len(went_on)), key=lambda i: keys[i] or UNRANKED)]
         self.finalists = len(went_on)
         return order + [s for s in scored if s not in leaders]
 
@@ -712,7 +713,7 @@ class OmnivoreLoop:
                       note) for (s, lr, mu), note in self.tried.items()]
         keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, self.ranking),
                                    x.config.lr / x.config.variant.lr_gain, x.probe and x.probe.start_loss) for x in out])
-        order = sorted(range(len(out)), key=lambda i: (keys[i] or (4, 0.0, 0.0), out[i].sec_per_iter))
+        order = sorted(range(len(out)), key=lambda i: (keys[i] or UNRANKED, out[i].sec_per_iter))
         out = [out[i] for i in order]
         reached = {s for s, _, _ in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
