@@ -68,7 +68,8 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         shared = log_dir / "datasets.pt"
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
                          launch_mod.store_port(everyone, cluster.rendezvous),
-                         None if cached else workload_mod.share(datasets, shared), str(log_dir))
+                         None if cached else workload_mod.share(datasets, shared), str(log_dir),
+                         () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings))
         try:
             results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
                                              run_id=f"profile-{_digest(cluster, workload_spec)}")
@@ -123,6 +124,18 @@ def calibration_specs(cluster: Cluster, layout: str, workload_spec: str, data_di
                 batch_size={i: b for i in ids}, lr=0.01, momentum=0.0, rendezvous=cluster.rendezvous,
                 server_host=cluster.server_host, server_node=cluster.server_node)
         for v in protocols.admitted(len(ids)) for b in batches if v.has_server or not server_only)
+
+
+def alone_specs(cluster: Cluster, measured: str, workload_spec: str, data_dir: str | None,
+                settings: Settings) -> tuple[tuple[str, RunSpec], ...]:
+    """Sync jobs of the cluster's other layouts of one device, at the smallest and the largest
+    calibration batch: the planner's model of such a layout is its device's step time alone, and
+    the runtime's loop costs more than a step (teacher-mlp's one worker at batch 192 ran 3.7 ms
+    an update where the step times said 2.7), so these jobs calibrate it as the measured
+    layout's jobs calibrate that."""
+    batches = tuple(dict.fromkeys((settings.calibrate_batches[0], settings.calibrate_batches[-1])))
+    return tuple((name, spec) for name, ids in cluster.layouts.items() if name != measured and len(ids) == 1
+                 for spec in calibration_specs(cluster, name, workload_spec, data_dir, batches))
 
 
 def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:

@@ -170,6 +170,9 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert all(len(d["steps"]) >= 4 for d in data["devices"])
     if data["network"] is not None:                     # two or more devices: links and real jobs timed
         assert data["network"]["allreduce"] and data["calibration"]
+        # The one-worker layout's runtime is timed too, not only its device's steps.
+        alone = {name for name, ids in data["cluster"]["layouts"].items() if len(ids) == 1}
+        assert alone <= {c["layout"] for c in data["calibration"]}
     r = runner.invoke(app, ["plan", "--profile", str(prof), "--workload", "lenet-digits", "--target-accuracy",
                             "0.9", "--lr", "0.05", "--out", str(plan), "--budget-s", "30"])
     assert r.exit_code == 0, r.output

@@ -2,7 +2,7 @@ from omnitune import profiler
 from omnitune.cluster import local_cluster
 from omnitune.profile import StepTiming
 from omnitune.runtime.measure import Settings
-from omnitune.runtime.profile_worker import ProfileJob, message_sizes, p2p_partner, sized_specs
+from omnitune.runtime.profile_worker import ProfileJob, alone_sized, message_sizes, p2p_partner, sized_specs
 from omnitune.runtime.topology import Node
 
 
@@ -46,6 +46,23 @@ def test_the_larger_calibration_batch_is_cut_to_what_a_job_can_time_several_upda
     assert batches(steps(1e-5), steps(1e-3)) == {16, 32}
     assert batches(steps(1e-2), steps(1e-2)) == {16, 32}            # nothing fits: twice the smaller batch
     assert sized_specs(job, [steps(1e-5), None]) == specs           # a device without timings: as planned
+
+
+def test_one_device_layouts_get_a_sync_job_at_two_batches_cut_like_the_measured_layouts():
+    cluster = local_cluster(cpu_count=4, cuda_count=0)      # one-per-core (measured), 2-workers, one-worker
+    settings = Settings(calibrate_s=0.4, calibrate_batches=(16, 64, 256))
+    alone = profiler.alone_specs(cluster, "one-per-core", "lenet-digits", None, settings)
+    assert [(name, s.variant.key, s.batch_size) for name, s in alone] == [
+        ("one-worker", "sync", {"cpu-all": 16}), ("one-worker", "sync", {"cpu-all": 256})]
+    job = ProfileJob("lenet-digits", None, cluster.layout("one-per-core"), settings, "one-per-core",
+                     alone_specs=alone)
+    slow = [StepTiming(b, b * 3e-4, 1 / 3e-4) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    # 8 updates of batch 256 at 0.077 s do not fit the job's 0.4 s, of batch 128 they do.
+    assert [(name, s.batch_size["cpu-all"]) for name, s in alone_sized(job, [slow] * 4)] == [
+        ("one-worker", 16), ("one-worker", 128)]
+    # On one core there is no other layout.
+    assert profiler.alone_specs(local_cluster(cpu_count=1, cuda_count=0), "one-per-core", "lenet-digits", None,
+                                settings) == ()
 
 
 def test_round_trips_cross_the_link_between_nodes_when_there_is_one():

@@ -9,7 +9,8 @@ a device rank (on another node, when there is one: the link a leader's exchange 
 one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
 each protocol and number of groups, at a few batch sizes; on devices of unequal speed also the
 server protocols' groups formed by speed (balanced or not), from phase 1's step times, which
-every rank gathers, so their staleness is measured too.
+every rank gathers, so their staleness is measured too; last, the cluster's one-device layouts
+(one worker on every core), whose job rank 0 runs while the others wait.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class ProfileJob:
     store_port: int = 0                 # of the job's store, served by rank 0
     datasets: str | None = None         # the datasets, written by `workload.share` (None: build them)
     scratch: str = ""                   # a folder of this node's for the calibration jobs' run dirs
+    # The cluster's other layouts of one device (one worker on every core), each with its sync job
+    # at the calibration batches: timed last, in the server rank's process (profiler.alone_specs).
+    alone_specs: tuple[tuple[str, RunSpec], ...] = ()
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -163,15 +167,16 @@ CALIBRATION_TEST = 64
 CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger batch
 
 
-def sized_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
-    """The layout's calibration jobs, their largest batch cut to the largest that the measured
+def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None = None) -> tuple[RunSpec, ...]:
+    """The layout's calibration jobs (or `specs`), their largest batch cut to the largest that the measured
     steps say a job times CALIBRATION_STEPS updates of in `calibrate_s`, and at least twice the
     smallest batch, so that the two still fix a slope; a middle batch at or above the cut is
     left out. A slow model's job at batch 128 saw two updates, the first of them a warm-up, in
     four times the time of one at a smaller batch."""
     small, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
-    if large <= small or any(s is None for s in steps):
-        return job.calibration_specs
+    specs = job.calibration_specs if specs is None else specs
+    if large <= small or any(s is None for s in steps) or not specs:
+        return specs
     slowest: dict[int, float] = {}
     for timings in steps:
         for t in timings:
@@ -180,9 +185,9 @@ def sized_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     fit = [b for b in everyone if 2 * small <= b <= large
            and slowest[b] * CALIBRATION_STEPS <= job.settings.calibrate_s]
     cut = max(fit, default=min(2 * small, large))
-    top = max(min(s.batch_size.values()) for s in job.calibration_specs)
+    top = max(min(s.batch_size.values()) for s in specs)
     out = []
-    for s in job.calibration_specs:
+    for s in specs:
         b = min(s.batch_size.values())
         if b < cut:
             out.append(s)
@@ -209,22 +214,31 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     return tuple(out)
 
 
-def calibrate(job: ProfileJob, layout: tuple[RunSpec, ...], by_speed: tuple[RunSpec, ...], wl, train, test,
-              store) -> list[Calibration]:
-    """Run each calibration spec, the layout's and then those of groups formed by speed, as a real
+def alone_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec]]:
+    """The one-device layouts' jobs, each layout's largest batch cut as `sized_specs` cuts the
+    measured layout's (from that layout's slower steps)."""
+    out = []
+    for layout in dict.fromkeys(name for name, _ in job.alone_specs):
+        specs = tuple(s for name, s in job.alone_specs if name == layout)
+        out += [(layout, s) for s in sized_specs(job, steps, specs)]
+    return out
+
+
+def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, bool]], wl, train, test, store) -> list[Calibration]:
+    """Run each calibration job (layout, spec, whether its groups were formed by speed) as a real
     job for a moment; rank 0 reports seconds per update."""
     out = []
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
-        for spec, speed in [(s, False) for s in layout] + [(s, True) for s in by_speed]:
+        for layout, spec, speed in jobs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
             if summary is None:
                 continue
-            cal = Calibration(layout=job.layout, protocol=spec.variant.key, groups=len(spec.groups),
+            cal = Calibration(layout=layout, protocol=spec.variant.key, groups=len(spec.groups),
                               batch_size=spec.batch_size[spec.devices[0].id],
                               sec_per_iter=summary["measured_sec_per_iter"], staleness=tuple(summary["staleness"]))
             if speed:
@@ -261,7 +275,11 @@ def main(job: ProfileJob) -> list[dict] | None:
             result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
         steps = [None] * dist.get_world_size()
         dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
-        calibration = calibrate(job, sized_specs(job, steps[1:]), speed_specs(job, steps[1:]), wl, train, test, store)
+        measured = steps[1:]
+        jobs = ([(job.layout, s, False) for s in sized_specs(job, measured)]
+                + [(job.layout, s, True) for s in speed_specs(job, measured)]
+                + [(layout, s, False) for layout, s in alone_sized(job, measured)])
+        calibration = calibrate(job, jobs, wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration
         everyone = [None] * dist.get_world_size() if rank == 0 else None
