@@ -510,3 +510,24 @@ def test_a_sync_setup_with_a_faster_twin_is_not_probed(sample_profile):
     assert slower.probe(0.05, 0.9).batches not in probed and faster.probe(0.05, 0.9).batches in probed
     notes = [s.note for s in found.scored if (s.config.layout, s.config.batch) == (slower.layout, slower.batch)]
     assert any(n.startswith(f"not probed: the same updates as {faster.layout} at batch {faster.batch}") for n in notes)
+
+
+def test_a_probe_on_one_device_alone_costs_what_its_calibration_job_timed():
+    from omnitune import profile as profile_mod
+    from tests.conftest import DATA
+
+    prof = profile_mod.load(DATA / "profile-v1-calibrated.json")
+    space = optimizer.Space(batch_sizes=(16, 64), protocols=("sync",))
+
+    def costs(p) -> dict:
+        return {(s.layout, s.batch): s.probe_sec_per_iter for s in optimizer.enumerate_setups(p, space)}
+    before = costs(prof)
+    loop = {16: 0.0031, 64: 0.0045}                  # the runtime's loop on both cores, above the bare steps
+    timed = dataclasses.replace(prof, calibration=prof.calibration + tuple(
+        Calibration(layout="one-worker", protocol="sync", groups=1, batch_size=b, sec_per_iter=s)
+        for b, s in loop.items()))
+    after = costs(timed)
+    for b, s in loop.items():
+        assert before[("one-worker", b)] < s and after[("one-worker", b)] == pytest.approx(s)
+        # Several devices: a probe computes every replica in one process; their cost is unchanged.
+        assert after[("one-per-core", b)] == before[("one-per-core", b)]
