@@ -224,7 +224,7 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
             shape = Shape(groups, batch, v, layout)
             sec, staleness = hardware(shape, b)
             batches = tuple(tuple(batch[d] for d in g) for g in groups)
-            out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, v, groups, batches, shape),
+            out.append(Setup(layout, v, groups, b, batches, sec, staleness, probe_cost(perf, shape, batches),
                              idle))
     return out
 
@@ -274,8 +274,7 @@ def best_rates(setups: list[Setup]) -> dict[str, float]:
     return out
 
 
-def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...], ...],
-               batches: tuple[tuple[int, ...], ...], shape: Shape | None = None) -> float:
+def probe_cost(perf: PerfModel, shape: Shape, batches: tuple[tuple[int, ...], ...]) -> float:
     """Seconds a probe takes per iteration: it computes, one after another in one process, the
     gradients of every sample an iteration consumes. An estimate (the probe's threads differ from
     the devices'), used to turn a probe's time into an iteration cap, so the same profile and
@@ -283,10 +282,10 @@ def probe_cost(perf: PerfModel, variant: Variant, groups: tuple[tuple[str, ...],
     runtime's loop as the run would, which the profile's calibration job of its layout
     timed, so that job's seconds per iteration are the probe's (teacher-mlp's scouts at batch 64,
     sized from the bare step of 1.26 ms, trained 3 s where 1.5 s was meant; the loop's 2.0)."""
-    if shape is not None and sum(map(len, groups)) == 1 and shape.key in perf.calibration:
+    if sum(map(len, shape.groups)) == 1 and shape.key in perf.calibration:
         return perf.sec_per_iter(shape)
-    every = sum(float(perf.compute[d](b)) for g, bs in zip(groups, batches) for d, b in zip(g, bs))
-    return every * variant.samples_per_update(batches) / sum(map(sum, batches))
+    every = sum(float(perf.compute[d](b)) for g, bs in zip(shape.groups, batches) for d, b in zip(g, bs))
+    return every * shape.variant.samples_per_update(batches) / sum(map(sum, batches))
 
 
 def eval_cost(setups: list[Setup], test_size: int) -> float:
