@@ -3,34 +3,34 @@
     python -m benchmarks.gpu [--quick]
 
 NEEDS A CUDA DEVICE. Without one it prints one line saying so and exits with status 2, writing
-nothing. It has NOT YET BEEN RUN ON A GPU by the author of this code: it has never run past that
-check, so its first run on a GPU machine is also its test.
+nothing.
 
-On this machine's default local cluster (`omnitune.cluster.local_cluster`: CPU layouts, each plus
-every GPU) it records:
+On this machine's default local cluster (`omnitune.cluster.local_cluster`: CPU layouts, the GPUs
+alone, and the GPUs beside CPU workers on the cores they leave free) it records:
 1. what `omnitune profile` measures: per device id its kind, threads, best samples/s and the batch
-   of it; the network figures the profile holds (all-reduce and round-trip timings, the server's
-   update); the profile's wall time;
-2. what `omnitune plan` chooses (layout, protocol, devices used, idle devices and why, per-device
-   batches, lr, momentum, predicted time to target), run for real, against three alternatives a
-   user would try, each at the plan's nominal per-device batch, its effective learning rate and
-   momentum 0.9, so that they differ only in their devices (and all-devices' balanced batches):
-   gpu-alone (sync on the first CUDA device), cpus-alone (sync on every CPU worker of the
-   `one-worker` layout, or with no such layout the CPU devices of `one-per-core`) and all-devices
-   (sync with throughput-balanced batches on every device of `one-per-core`). The plan and each
-   alternative run with seeds 0, 1, 2 (one seed with --quick); rows give the median time to
-   target and min–max, a run that misses its target counting as the time limit;
-3. whether `pytest -m gpu` passes (`python -m pytest -q -m gpu tests` from the repository root):
-   its return code and the last line of its output.
+   of it; the network figures the profile holds; the profile's wall time;
+2. what `omnitune plan` chooses (layout, protocol, devices, per-device batches, lr, momentum,
+   predicted seconds per iteration and time to target, where the seconds per iteration came
+   from, planning's time against its budget), run for real, against three alternatives a user
+   would try, each at the plan's nominal per-device batch, its effective learning rate and
+   momentum 0.9, so that they differ only in their devices: gpu-alone (sync on the first CUDA
+   device), cpus-alone (sync on the `one-worker` layout's CPU worker, or with no such layout the
+   CPU devices of `one-per-core`) and all-devices (sync with throughput-balanced batches on the
+   largest layout with a GPU). Every configuration runs from scratch with seeds 0, 1, 2 (one with
+   --quick), seed by seed across the configurations; rows give the median time to target and
+   min-max, a run that misses its target counting as the time limit;
+3. whether `pytest -m gpu` passes (`python -m pytest -q -m gpu tests` from the repository root).
 
-Workload: shapes-resnet to 0.9 accuracy, each run limited to 300 s, and the plan's own probing
-budget. With --quick: cnn1d-mnist1d to 0.85, each run limited to 60 s, a quick profile, a 60 s
-planning budget and one seed. Writes benchmarks/results/gpu.json (gpu-quick.json with --quick).
+Workload: shapes-resnet to 0.9 accuracy, each run limited to 45 s, and the plan's own probing
+budget; all of it ends in about 8 minutes on an H200 with 16 cores. With --quick: cnn1d-mnist1d
+to 0.85, each run limited to 30 s, a quick profile and one seed. Writes
+benchmarks/results/gpu.json (gpu-quick.json with --quick).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,9 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from benchmarks.plan_quality import fixed_spec
-from benchmarks.protocols import repeated
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
+from benchmarks.plan_quality import fixed_spec, interleaved
+from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, timing, workload
 from omnitune.cluster import local_cluster
 from omnitune.files import to_dict
 from omnitune.optimizer import Config
@@ -50,9 +49,8 @@ from omnitune.protocols import Sync
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_GPU = "benchmarks.gpu: no CUDA device here; run it on a machine with one"
-FULL = ("shapes-resnet", 0.9, 300.0)       # workload, target accuracy, time limit per run (s)
-QUICK = ("cnn1d-mnist1d", 0.85, 60.0)
-QUICK_BUDGET_S = 60.0                      # planning budget with --quick; the full run sizes its own
+FULL = ("shapes-resnet", 0.9, 45.0)        # workload, target accuracy, time limit per run (s)
+QUICK = ("cnn1d-mnist1d", 0.85, 30.0)
 MOMENTUM = 0.9
 # The alternatives' protocols: sync, and on every device sync with balanced batches.
 VARIANTS = {"gpu-alone": Sync(), "cpus-alone": Sync(balanced=False), "all-devices": Sync(balanced=True)}
@@ -63,21 +61,23 @@ COLUMNS = ["config", "layout", "protocol", "devices", "batches", "lr", "momentum
 
 def alternatives(prof) -> dict[str, tuple[str, tuple[str, ...]]]:
     """The three alternatives' layout and device ids on a profile's cluster: the first CUDA
-    device (lowest index) alone; the CPU workers of `one-worker` (or, with no such layout, the
-    CPU devices of `one-per-core`); every device of `one-per-core`. ValueError with no CUDA
-    device in `one-per-core`."""
+    device (lowest index) alone, in the smallest layout that holds it; the CPU workers of
+    `one-worker` (or, with no such layout, the CPU devices of `one-per-core`); every device of
+    the largest layout with that GPU. ValueError with no CUDA device."""
     cluster = prof.cluster
-    per_core = cluster.layouts["one-per-core"]
-    gpus = sorted((cluster.device(d) for d in per_core if cluster.device(d).kind == "cuda"),
-                  key=lambda d: d.cuda_index)
+    gpus = sorted((d for d in cluster.devices if d.kind == "cuda"), key=lambda d: d.cuda_index)
     if not gpus:
-        raise ValueError("the profile's one-per-core layout has no CUDA device")
+        raise ValueError("the profile's cluster has no CUDA device")
+    first = gpus[0].id
+    with_gpu = [name for name, ids in cluster.layouts.items() if first in ids]
+    alone = min(with_gpu, key=lambda name: len(cluster.layouts[name]))
+    everything = max(with_gpu, key=lambda name: len(cluster.layouts[name]))
     cpu_layout = "one-worker" if "one-worker" in cluster.layouts else "one-per-core"
     cpus = tuple(d for d in cluster.layouts[cpu_layout] if cluster.device(d).kind == "cpu")
     if not cpus:
         raise ValueError(f"the profile's {cpu_layout} layout has no CPU device")
-    return {"gpu-alone": ("one-per-core", (gpus[0].id,)), "cpus-alone": (cpu_layout, cpus),
-            "all-devices": ("one-per-core", per_core)}
+    return {"gpu-alone": (alone, (first,)), "cpus-alone": (cpu_layout, cpus),
+            "all-devices": (everything, cluster.layouts[everything])}
 
 
 def alternative_configs(prof, batch: int, lr: float) -> dict[str, Config]:
@@ -109,7 +109,8 @@ def plan_facts(plan, planning_s: float) -> dict:
             "predicted_time_to_target_s": plan.prediction.time_to_target_s,
             "predicted_sec_per_iter": plan.prediction.sec_per_iter,
             "predicted_iters_to_target": plan.prediction.iters_to_target,
-            "hardware_model": plan.hardware_model, "planning_s": planning_s,
+            "hardware_model": plan.hardware_model, "model_sec_per_iter": plan.prediction.model_sec_per_iter,
+            "planning_s": planning_s,
             "planning": to_dict(plan.planning) if plan.planning else None, "note": plan.candidates[0].note}
 
 
@@ -134,12 +135,14 @@ def gpu_tests() -> dict:
             "last_line": lines[-1] if lines else "", "wall_s": time.perf_counter() - start}
 
 
-def bench(quick: bool, work: Path) -> dict:
-    wl_name, target, limit_s = QUICK if quick else FULL
-    seeds = (0,) if quick else (0, 1, 2)
+def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s: float | None = None) -> dict:
+    wl_name, target, default_limit_s = QUICK if quick else FULL
+    seeds = seeds or ((0,) if quick else (0, 1, 2))
+    limit_s = limit_s or default_limit_s
 
     start = time.perf_counter()
-    prof = profiler.profile(local_cluster(), wl_name, None, profiler.Settings.make(quick), work / "logs")
+    prof = profiler.profile(local_cluster(), wl_name, None, profiler.Settings.make(quick), work / "logs",
+                            progress=lambda m: print(f"  profile: {m}", flush=True))
     profile_s = time.perf_counter() - start
     prof_path = work / f"{wl_name}.profile.json"
     profile_mod.save(prof, prof_path)
@@ -149,24 +152,33 @@ def bench(quick: bool, work: Path) -> dict:
                ["device", "kind", "threads", "best_samples_per_s", "best_batch", "max_batch"])
 
     start = time.perf_counter()
+    timer = lambda c: timing.time_spec(optimizer.spec_of(c, prof, wl_name, None, target, 0))  # noqa: E731
     found = optimizer.search(prof, optimizer.Space(), make_prober(workload.load(wl_name), None, target, 0),
-                             budget_s=QUICK_BUDGET_S if quick else None)
+                             timer=timer, log=lambda m: print(f"  plan: {m}", flush=True))
     plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     planning_s = time.perf_counter() - start
     plan_mod.save(plan, work / f"{wl_name}-plan.json")
     chosen = plan_facts(plan, planning_s)
-    print(f"plan ({planning_s:.1f} s): {chosen['protocol']} on {chosen['layout']}, devices {chosen['devices']}, "
-          f"idle {chosen['idle']}, batches {chosen['batches']}, lr {chosen['lr']}, momentum {chosen['momentum']}, "
-          f"predicted {chosen['predicted_time_to_target_s']} s", flush=True)
+    budget_s = plan.planning.budget_s if plan.planning else None
+    print(f"plan ({planning_s:.1f} s, budget {budget_s} s): {chosen['protocol']} on "
+          f"{chosen['layout']}, devices {chosen['devices']}, batches {chosen['batches']}, lr {chosen['lr']}, "
+          f"momentum {chosen['momentum']}, {1e3 * chosen['predicted_sec_per_iter']:.2f} ms/iter "
+          f"({chosen['hardware_model']}), predicted {chosen['predicted_time_to_target_s']} s", flush=True)
 
-    rows = [repeated(plan.spec, work, "plan", seeds, limit_s,
-                     **described(plan.spec, config="plan", layout=plan.layout))]
-    print_rows(f"{wl_name} to {target}", rows[-1:], COLUMNS)
     batch, lr = chosen["nominal_batch"], chosen["effective_lr"]
+    configs = {"plan": (plan.layout, plan.spec)}
     for name, c in alternative_configs(prof, batch, lr).items():
-        spec = fixed_spec(prof, wl_name, target, c)
-        rows.append(repeated(spec, work, name, seeds, limit_s, **described(spec, config=name, layout=c.layout)))
+        configs[name] = (c.layout, fixed_spec(prof, wl_name, target, c))
+    measured = interleaved({name: spec for name, (_, spec) in configs.items()}, work, limit_s, seeds)
+    rows = []
+    for name, (layout, spec) in configs.items():
+        m = measured[name]
+        rows.append({**described(spec, config=name, layout=layout), "time_to_target_s": m["median_s"],
+                     "spread_s": m["spread_s"], "reached_target": [r["reached"] for r in m["runs"]],
+                     "measured_sec_per_iter": statistics.median(r["sec_per_iter"] for r in m["runs"]),
+                     "iterations": m["median_iterations"],
+                     "final_accuracy": statistics.median(r["final_accuracy"] for r in m["runs"]), "runs": m["runs"]})
         print_rows(f"{wl_name} to {target}", rows[-1:], COLUMNS)
 
     plan_s = rows[0]["time_to_target_s"]
@@ -174,8 +186,10 @@ def bench(quick: bool, work: Path) -> dict:
     best = min(alt, key=alt.get)
     summary = {"plan_s": plan_s, **{f"{name}_s": t for name, t in alt.items()}, "best_alternative": best,
                "plan_over_best_alternative": plan_s / alt[best],
+               "predicted_over_measured_sec_per_iter": chosen["predicted_sec_per_iter"] / rows[0]["measured_sec_per_iter"],
                "predicted_over_measured": (chosen["predicted_time_to_target_s"] / plan_s
-                                           if chosen["predicted_time_to_target_s"] is not None else None)}
+                                           if chosen["predicted_time_to_target_s"] is not None else None),
+               "profile_s": profile_s, "planning_s": planning_s, "planning_budget_s": budget_s}
     return {"workload": wl_name, "target_accuracy": target, "time_limit_s": limit_s, "seeds": list(seeds),
             "profile": facts, "plan": chosen, "rows": rows, "summary": summary}
 
@@ -183,21 +197,26 @@ def bench(quick: bool, work: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="cnn1d-mnist1d, a quick profile, a 60 s planning budget, one seed, 60 s per run")
+                        help="cnn1d-mnist1d, a quick profile, one seed, 30 s per run")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 1 with --quick)")
+    parser.add_argument("--limit-s", type=float, default=None, help="time limit of each run (default 45; 30 with --quick)")
+    parser.add_argument("--no-pytest", action="store_true", help="skip `pytest -m gpu`")
     args = parser.parse_args()
     import torch
     if not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
         sys.exit(2)
     with tempfile.TemporaryDirectory() as tmp:
-        out = bench(args.quick, Path(tmp))
+        out = bench(args.quick, Path(tmp), tuple(range(args.seeds)) if args.seeds else None, args.limit_s)
     print_rows(f"the plan against the alternatives (median s; a miss counts as {out['time_limit_s']:g} s)",
                out["rows"], COLUMNS)
     print_rows("summary", [out["summary"]], list(out["summary"]))
-    out["pytest_gpu"] = tests = gpu_tests()
-    print(f"pytest -m gpu: return code {tests['returncode']}: {tests['last_line']}")
-    out = {"quick": args.quick, "time_limits_s": {"full": FULL[2], "quick": QUICK[2]},
-           "cuda_device": torch.cuda.get_device_name(0), "cuda_device_count": torch.cuda.device_count(), **out}
+    if not args.no_pytest:
+        out["pytest_gpu"] = tests = gpu_tests()
+        print(f"pytest -m gpu: return code {tests['returncode']}: {tests['last_line']}")
+    out = {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "cuda_device": torch.cuda.get_device_name(0), "cuda_device_count": torch.cuda.device_count(),
+           "cpu_count": profiler.host_facts().cpu_count, "torch": torch.__version__, **out}
     path = write_results("gpu" + ("-quick" if args.quick else ""), out)
     print(f"wrote {path}")
 

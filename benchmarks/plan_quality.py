@@ -36,7 +36,6 @@ from benchmarks.common import RESULTS, band_holds, print_rows, write_results
 from omnitune import optimizer, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.optimizer import Config
-from omnitune.perfmodel import PerfModel
 from omnitune.plan import start_path
 from omnitune.probe import hand_on, make_prober
 from omnitune.protocols import Groups, Sync
@@ -91,12 +90,7 @@ def default_config(prof) -> Config:
 
 def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
     """What a configuration runs: its devices and groups, with batches as the planner would set them."""
-    cluster = prof.cluster
-    return RunSpec(workload=name, data_dir=None, variant=c.variant,
-                   devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=optimizer.device_batches(PerfModel.from_profile(prof).compute, c.variant, c.groups, c.batch),
-                   lr=c.lr, momentum=c.momentum, target_accuracy=target, rendezvous=cluster.rendezvous,
-                   server_host=cluster.server_host, server_node=cluster.server_node)
+    return optimizer.spec_of(c, prof, name, None, target, 0)
 
 
 def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | None = None) -> dict:

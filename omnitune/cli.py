@@ -45,7 +45,8 @@ def profile(
     data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
     quick: bool = typer.Option(False, help="a cheaper profile: fewer repeats, batches up to 64 and shorter "
                                "calibration jobs (still every one `plan` needs)"),
-    max_batch: Optional[int] = typer.Option(None, help="largest batch size to try (default 512, quick 64)"),
+    max_batch: Optional[int] = typer.Option(None, help="largest batch size to try (default 512, quick 64); a GPU "
+                                            "goes on doubling past it while its throughput rises"),
     node_rank: Optional[int] = typer.Option(None, help="which node of the cluster spec this is, for a spec "
                                             "of several nodes: run the same command on each"),
 ):
@@ -112,10 +113,12 @@ def plan(
     hardware_model: str = typer.Option("analytic", help="seconds per iteration from the analytic model calibrated "
                                        "on the profile's jobs (analytic), or from the simulator (simulated); "
                                        "--cluster always simulates"),
+    time_finalists: bool = typer.Option(True, help="time a leader whose speed no calibration job measured with a "
+                                        "short real job before it may win (only on the profiled machine)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
     from omnitune import fleet as fleet_mod, optimizer, plan as plan_mod, probe, profile as profile_mod, \
-        study as study_mod, workload as wl_mod
+        study as study_mod, timing, workload as wl_mod
     try:
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
         if budget_s is not None and budget_s < 0:
@@ -140,6 +143,14 @@ def plan(
                           f"{prof.workload!r}, not {workload!r}")
         _seed_everything(seed)
         prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
+        elsewhere = "" if fleet else timing.here(prof)
+        if elsewhere:
+            console.print(f"planning for a machine you are not on ({elsewhere}): the probes train on this "
+                          "machine's CPU, and every seconds-per-iteration figure comes from the profile")
+        def timer(config):
+            status.update(f"planning: timing {config.layout} {config.variant.label} with a real job")
+            return timing.time_spec(optimizer.spec_of(config, prof, workload, data_dir, target_accuracy, seed))
+        timed = time_finalists and not fleet and not elsewhere and hardware_model == plan_mod.ANALYTIC
         study = study_mod.new_study(_study_storage(out_path),
                                     _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s,
                                                 hardware_model))
@@ -148,7 +159,8 @@ def plan(
                 status.update(f"planning: simulating every configuration on {fleet.nodes} nodes")
             found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                      study=study, log=lambda m: status.update(f"planning: {m}"),
-                                     hardware=fleet.hardware if fleet else optimizer.profiled(prof, hardware_model))
+                                     hardware=fleet.hardware if fleet else optimizer.profiled(prof, hardware_model),
+                                     timer=timer if timed else None)
             if predict_s > 0:
                 status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
                 found = optimizer.predict(found, prober, predict_s)
@@ -192,6 +204,9 @@ def plan(
     if result.simulated_cluster:
         out.print(f"simulated plan for {result.simulated_cluster} ({fleet.nodes} nodes): seconds per iteration and "
                   "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
+    elif result.hardware_model == plan_mod.MEASURED:
+        out.print(f"seconds per iteration from a short real job of this configuration ({p.sec_per_iter * 1e3:.2f} ms; "
+                  f"the model, with no calibration job of its shape, said {p.model_sec_per_iter * 1e3:.2f})")
     elif result.hardware_model == plan_mod.SIMULATED:
         out.print("seconds per iteration from the simulator, run on the profile's measurements (no calibration "
                   "job timed this configuration, or --hardware-model simulated)")

@@ -2,8 +2,8 @@
 
 A device is one training process: a CPU worker with a number of threads, or one CUDA GPU.
 A layout is a set of devices that can run side by side (their CPU cores do not overlap); the
-planner chooses among layouts. With no cluster spec, this machine offers two layouts: one CPU
-worker per core, or one CPU worker using every core (each plus every CUDA device torch sees).
+planner chooses among layouts. With no cluster spec, this machine offers its CPU cores split
+into workers several ways, its GPUs alone, and its GPUs beside CPU workers on the cores left free.
 """
 
 from __future__ import annotations
@@ -92,23 +92,36 @@ class Cluster:
 def local_cluster(cpu_count: int | None = None, cuda_count: int | None = None) -> Cluster:
     """This machine: one CPU worker per core, or one worker on all cores, and in between k workers
     of cores/k threads each for every k that divides the cores ("4-workers": cpu4x0 … cpu4x3 on
-    16 cores); each layout plus every GPU (subsets, the GPUs alone among them, are the planner's)."""
+    16 cores). With GPUs: the GPUs alone ("gpus"), and the GPUs beside CPU workers on the cores
+    their processes leave free, one core each (a GPU's process launches its kernels and feeds it
+    data; CPU threads that crowd it out slow both): one worker per free core ("gpus+per-core")
+    and one worker on all of them ("gpus+one-worker", device cpu-rest)."""
     cpus = cpu_count if cpu_count is not None else (len(os.sched_getaffinity(0)) or 1)
     if cuda_count is None:
         import torch
         cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = tuple(Device(f"cuda{i}", "cuda", cuda_index=i) for i in range(cuda_count))
     per_core = tuple(Device(f"cpu{i}", "cpu", threads=1) for i in range(cpus))
-    layouts = {"one-per-core": tuple(d.id for d in per_core + gpus)}
+    layouts = {"one-per-core": tuple(d.id for d in per_core)}
     devices = per_core + gpus
     for k in sorted((k for k in range(2, cpus) if cpus % k == 0), reverse=True):
         workers = tuple(Device(f"cpu{k}x{i}", "cpu", threads=cpus // k) for i in range(k))
         devices += workers
-        layouts[f"{k}-workers"] = tuple(d.id for d in workers + gpus)
+        layouts[f"{k}-workers"] = tuple(d.id for d in workers)
     if cpus > 1:
         whole = Device("cpu-all", "cpu", threads=cpus)
         devices = devices + (whole,)
-        layouts["one-worker"] = (whole.id,) + tuple(d.id for d in gpus)
+        layouts["one-worker"] = (whole.id,)
+    if gpus:
+        ids = tuple(d.id for d in gpus)
+        layouts["gpus"] = ids
+        free = cpus - len(gpus)
+        if free >= 1:
+            layouts["gpus+per-core"] = ids + tuple(d.id for d in per_core[:free])
+        if free > 1:
+            rest = Device("cpu-rest", "cpu", threads=free)
+            devices += (rest,)
+            layouts["gpus+one-worker"] = ids + (rest.id,)
     return Cluster(devices=devices, layouts=layouts)
 
 

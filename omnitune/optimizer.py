@@ -47,7 +47,7 @@ from omnitune import budget as budget_mod, perfmodel, protocols, simulator, stud
 from omnitune.balance import device_batches, wasted
 from omnitune.errors import UserError
 from omnitune.perfmodel import PerfModel, Shape
-from omnitune.plan import ANALYTIC, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
+from omnitune.plan import ANALYTIC, MEASURED, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Planning, Prediction
 from omnitune.profile import Profile
 from omnitune.protocols import Variant
 from omnitune.runspec import RunSpec
@@ -78,6 +78,10 @@ LOSS_TIE = 0.10
 # 16 led 32 (2.14 vs 2.19); at 3 times as long 1.94 vs 1.87.
 FINALISTS = 2
 FINAL_GROWTH = 3.0
+# A layout's slowest devices are left out one at a time while that speeds some protocol up, at most
+# this many: each subset is a full set of setups to score, and 15 CPU cores beside a GPU would
+# otherwise make 15 of them.
+MAX_LEFT_OUT = 3
 UNRANKED = (4, 0.0, 0.0)   # sorts after every key long_horizon_keys gives
 
 
@@ -138,6 +142,7 @@ class Scored:
     sec_per_iter: float
     probe: ProbeResult | None = None
     note: str = ""                                 # why it was not probed
+    model_sec_per_iter: float | None = None        # set when a real job timed it: the model's figure
 
     @property
     def iters(self) -> float | None:
@@ -147,6 +152,11 @@ class Scored:
     def time_to_target_s(self) -> float | None:
         return None if self.iters is None else self.iters * self.sec_per_iter
 
+
+# A configuration -> its seconds per iteration measured by a short real job (timing.py), None on failure
+Timer = Callable[[Config], "float | None"]
+MAX_TIMED = 3           # finalists timed at most, one after another while the leader is unmeasured
+TIMED_TOLERANCE = 0.15  # a measured figure this close to the model's leaves a loss ranking as it was
 
 # (configuration, nominal per-device batch) -> (seconds per iteration, the staleness histogram
 # its probes replay; () for the emulator's own schedule)
@@ -167,10 +177,19 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
         measured = measured_staleness(profile, shape, b)
         if model == ANALYTIC and analytic_covers(perf, shape):
             return perf.sec_per_iter(shape), measured
-        out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant)),
-                                 simulator.ITERATIONS, seed=0)
+        out = simulator.simulate(simulator.from_profile(profile, shape, overhead_s=overhead(shape.variant),
+                                                        compute=perf.compute), simulator.ITERATIONS, seed=0)
         return out.sec_per_iter, measured or (out.staleness if shape.variant.has_server else ())
     return hardware
+
+
+def measured_shape(perf: PerfModel, c: Config) -> bool:
+    """Whether a real job measured this configuration's shape: a calibration job of its own devices
+    and protocol (a CPU worker alone counts: its step was timed as the runtime takes it)."""
+    ids = [d for g in c.groups for d in g]
+    shape = Shape(c.groups, device_batches(perf.contended(ids), c.variant, c.groups, c.batch), c.variant, c.layout)
+    cuda = perf.cores.cuda if perf.cores else frozenset()
+    return shape.key in perf.calibration or (len(ids) == 1 and ids[0] not in cuda)
 
 
 def analytic_covers(perf: PerfModel, shape: Shape) -> bool:
@@ -218,7 +237,7 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
             continue
         groups = protocols.by_speed(devices, fast, v.groups, v.balanced) if het else v.group(devices)
         for b in _batch_sizes(profile, devices, space):
-            batch = device_batches(perf.compute, v, groups, b)
+            batch = device_batches(perf.contended(devices), v, groups, b)
             if wasted(v, batch, b):
                 continue
             shape = Shape(groups, batch, v, layout)
@@ -232,21 +251,24 @@ def layout_setups(profile: Profile, space: Space, perf: PerfModel, hardware: Har
 def subsets(profile: Profile, layout: str, devices: tuple[str, ...],
             setups: Callable[[str, tuple[str, ...], tuple[tuple[str, str], ...]], list[Setup]]) -> list[Setup]:
     """The layout's setups, and those of the subsets of its devices worth a probe. The hardware
-    model prunes: on devices of unequal speed the slowest is left out only if some protocol, at
-    some batch, runs more samples per second without it, and so on while that holds; with CPUs
-    beside GPUs, each kind alone too (the GPUs alone, the CPUs alone). Each subset's setups say
-    which devices sit idle and why."""
+    model prunes: on devices of one kind but unequal speed the slowest is left out only if some
+    protocol, at some batch, runs more samples per second without it, and so on while that holds
+    (at most MAX_LEFT_OUT); with CPUs beside GPUs, each kind alone instead (the GPUs alone, the
+    CPUs alone), unless a layout of that kind holds them already. Each subset's setups say which
+    devices sit idle and why."""
     whole = setups(layout, devices, ())
     out = list(whole)
     kinds = {profile.cluster.device(d).kind for d in devices}
     if len(kinds) > 1:
         for kind in sorted(kinds):
             mine = tuple(d for d in devices if profile.cluster.device(d).kind == kind)
-            out += setups(f"{layout}: {kind} only", mine,
-                          tuple((d, f"{kind} only") for d in devices if d not in mine))
+            if not within_another(profile, layout, mine):
+                out += setups(f"{layout}: {kind} only", mine,
+                              tuple((d, f"{kind} only") for d in devices if d not in mine))
+        return out
     fast = speeds(profile, devices)
     current, idle, kept = devices, (), whole
-    while len(current) > 1 and heterogeneous(profile, current):
+    while len(current) > 1 and len(idle) < MAX_LEFT_OUT and heterogeneous(profile, current):
         slowest = min(current, key=fast.get)
         fewer = tuple(d for d in current if d != slowest)
         name = f"{layout} less {','.join([x for x, _ in idle] + [slowest])}"
@@ -264,6 +286,14 @@ def subsets(profile: Profile, layout: str, devices: tuple[str, ...],
     return out
 
 
+def within_another(profile: Profile, layout: str, devices: tuple[str, ...]) -> bool:
+    """Whether another layout of one kind holds all these devices (the GPUs alone; the CPU
+    workers beside a GPU, which are one-per-core less the GPU's core): its own setups cover them."""
+    kinds = {profile.cluster.device(d).kind for d in devices}
+    return any(name != layout and set(devices) <= set(ids) and {profile.cluster.device(d).kind for d in ids} == kinds
+               for name, ids in profile.cluster.layouts.items())
+
+
 def best_rates(setups: list[Setup]) -> dict[str, float]:
     """The most samples per second of each protocol (balanced or not), over its shapes and batches:
     what a subset is compared on."""
@@ -275,17 +305,32 @@ def best_rates(setups: list[Setup]) -> dict[str, float]:
 
 
 def probe_cost(perf: PerfModel, shape: Shape, batches: tuple[tuple[int, ...], ...]) -> float:
-    """Seconds a probe takes per iteration: it computes, one after another in one process, the
-    gradients of every sample an iteration consumes. An estimate (the probe's threads differ from
-    the devices'), used to turn a probe's time into an iteration cap, so the same profile and
-    seed give the same probes and plan. One device alone is the exception: there a probe runs the
-    runtime's loop as the run would, which the profile's calibration job of its layout
-    timed, so that job's seconds per iteration are the probe's (teacher-mlp's scouts at batch 64,
-    sized from the bare step of 1.26 ms, trained 3 s where 1.5 s was meant; the loop's 2.0)."""
-    if sum(map(len, shape.groups)) == 1 and shape.key in perf.calibration:
+    """Seconds a probe takes per iteration: it computes, one after another in one process on this
+    machine's CPU, the gradients of every sample an iteration consumes. An estimate (the probe's
+    threads differ from the devices'), used to turn a probe's time into an iteration cap, so the
+    same profile and seed give the same probes and plan. A GPU's samples cost what they cost on
+    the profile's widest CPU worker: the probe does not run on the GPU (an H200's 5 ms steps sized
+    probes that then ran 30 times longer on the CPU, and a 15 s search took 127). One CPU device
+    alone is the exception: there a probe runs the runtime's loop as the run would, which the
+    profile's calibration job of its layout timed, so that job's seconds per iteration are the
+    probe's (teacher-mlp's scouts at batch 64, sized from the bare step of 1.26 ms, trained 3 s
+    where 1.5 s was meant; the loop's 2.0)."""
+    cuda = perf.cores.cuda if perf.cores else frozenset()
+    ids = [d for g in shape.groups for d in g]
+    if len(ids) == 1 and ids[0] not in cuda and shape.key in perf.calibration:
         return perf.sec_per_iter(shape)
-    every = sum(float(perf.compute[d](b)) for g, bs in zip(shape.groups, batches) for d, b in zip(g, bs))
+    host = probe_host(perf)
+    every = sum(float(perf.compute[host if d in cuda and host else d](b))
+                for g, bs in zip(shape.groups, batches) for d, b in zip(g, bs))
     return every * shape.variant.samples_per_update(batches) / sum(map(sum, batches))
+
+
+def probe_host(perf: PerfModel) -> str | None:
+    """The CPU device with the most threads (the probes' stand-in for a GPU); None with no CPU."""
+    if perf.cores is None:
+        return None
+    cpus = [d for d in perf.compute if d not in perf.cores.cuda]
+    return max(cpus, key=lambda d: perf.cores.threads[d], default=None)
 
 
 def eval_cost(setups: list[Setup], test_size: int) -> float:
@@ -316,9 +361,15 @@ def measured_staleness(profile: Profile, shape: Shape, batch: int) -> tuple[int,
 
 
 def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> list[int]:
-    """The space's batch sizes, less those beyond what every device of the layout was profiled at."""
+    """The space's batch sizes, less those beyond what every device of the layout was profiled at;
+    GPUs alone go on doubling the default sizes as far as their curve was measured (a GPU's
+    throughput rises past where a CPU's has levelled off: an H200's was still rising at 512)."""
     largest = min(profile.device(d).max_batch for d in devices)
-    return [b for b in space.batch_sizes if b <= largest]
+    sizes = list(space.batch_sizes)
+    if space.batch_sizes == DEFAULT_BATCHES and all(profile.cluster.device(d).kind == "cuda" for d in devices):
+        while sizes[-1] * 2 <= largest:
+            sizes.append(sizes[-1] * 2)
+    return [b for b in sizes if b <= largest]
 
 
 @dataclass(frozen=True)
@@ -334,20 +385,25 @@ class Search:
 
 def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int = 100_000,
            budget_s: float | None = None, study=None, log: Callable[[str], None] = lambda m: None,
-           hardware: Hardware | None = None) -> Search:
+           hardware: Hardware | None = None, timer: Timer | None = None) -> Search:
     """Score every setup; probe statistical efficiency where it could still win.
 
     `budget_s` fixes the probing budget; None sizes it to the job (budget.py). `study` is an
     optuna study (in memory when None); probes it already holds are reused, so an interrupted
-    search resumes. Returns every configuration considered, best predicted time to target first
-    (unprobed ones last), and what planning spent.
+    search resumes. With a `timer`, a leader whose speed no calibration job measured is timed
+    by a real job before it may win (`measure_leaders`). Returns every configuration considered,
+    best predicted time to target first (unprobed ones last), and what planning spent.
     """
+    start = time.perf_counter()         # scoring the setups counts against the budget, as probes do
     setups = enumerate_setups(profile, space, hardware)
     if not setups:
         raise ValueError(f"no configuration fits the pinned options (protocols {space.protocols}, groups "
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
-    loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log)
+    loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log, start)
     scored = loop.run()
+    if timer is not None:
+        perf = PerfModel.from_profile(profile)
+        scored = loop.measure_leaders(scored, timer, lambda c: not measured_shape(perf, c))
     if loop.ranking:
         scored = loop.final(scored)
     b = loop.budget or budget_mod.plan_budget(None, loop.elapsed(), budget_s)
@@ -362,7 +418,7 @@ class OmnivoreLoop:
     recorded in an optuna study."""
 
     def __init__(self, setups: list[Setup], space: Space, prober: Prober, study, max_probe_iters: int,
-                 budget_s: float | None, log: Callable[[str], None]):
+                 budget_s: float | None, log: Callable[[str], None], start: float | None = None):
         self.setups, self.space, self.prober, self.study = setups, space, prober, study
         self.max_iters, self.override_s, self.log = max_probe_iters, budget_s, log
         # Set once the scouts have run, or at once from an override.
@@ -379,7 +435,7 @@ class OmnivoreLoop:
         self.predicted = math.inf       # the best predicted one, reached or extrapolated: sets the budget
         self.diverged: list[ProbeConfig] = []
         self.tried: dict[tuple[Setup, float, float], str] = {}     # every (setup, lr, momentum) considered
-        self.start = time.perf_counter()
+        self.start = time.perf_counter() if start is None else start
         # Probes report accuracy on a shared clock of predicted training time (for the pruner).
         self.tick_s = min(s.sec_per_iter for s in setups) * 50
         self.eval_s = eval_cost(setups, getattr(prober, "test_size", budget_mod.PROBE_TEST))
@@ -630,6 +686,7 @@ class OmnivoreLoop:
         probe_s = budget_mod.SCOUT_S if self.scouting or self.budget is None else self.budget.probe_s
         return max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9)))
 
+
     def beat(self, sec: float) -> int:
         """The most iterations a probe may train: those that could still beat the best time."""
         return self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
@@ -712,14 +769,54 @@ class OmnivoreLoop:
         self.finalists = len(went_on)
         return order + [s for s in scored if s not in leaders]
 
-    def scored(self) -> list[Scored]:
-        """Every configuration considered, probed or not, and every setup never reached."""
-        out = [Scored(s.config(lr, mu), s.sec_per_iter, self.results.get(s.probe(lr, mu)) if not note else None,
-                      note) for (s, lr, mu), note in self.tried.items()]
+    def measure_leaders(self, scored: list[Scored], timer: Timer, unmeasured: Callable[[Config], bool]) \
+            -> list[Scored]:
+        """No configuration wins on a speed nobody measured: while the leader's seconds per
+        iteration come from a model with no calibration job of its shape, a short real job times
+        it (up to MAX_TIMED leaders), and it is ranked again on the measured figure. Ranked by
+        time, its time to target follows the measured speed; ranked by loss at equal training
+        time, a leader measured slower than its model said beyond TIMED_TOLERANCE trains again for
+        that time at its measured speed (fewer iterations), as every other probe did at its own."""
+        timed: set[Config] = set()
+        while scored and len(timed) < MAX_TIMED:
+            best = scored[0]
+            if best.probe is None or best.config in timed or not unmeasured(best.config):
+                break
+            timed.add(best.config)
+            sec = timer(best.config)
+            self.log(f"timed {best.config.layout} {best.config.variant.label} batch {best.config.batch}: "
+                     + (f"{sec * 1e3:.2f} ms an iteration (the model said {best.sec_per_iter * 1e3:.2f})"
+                        if sec else "the job failed"))
+            if sec is None:         # unmeasurable: it ranks after every configuration that could be
+                scored = scored[1:] + [replace(best, probe=None, note="not chosen: its timing job failed")]
+                continue
+            went = replace(best, sec_per_iter=sec, model_sec_per_iter=best.sec_per_iter)
+            if self.ranking and sec > (1 + TIMED_TOLERANCE) * best.sec_per_iter:
+                went = replace(went, probe=self.retrain(best.probe.config, sec))
+            scored = self.ordered([went] + scored[1:])
+        return scored
+
+    def retrain(self, pc: ProbeConfig, sec: float) -> ProbeResult:
+        """A probe of `pc` from scratch for the search's training time at `sec` per iteration."""
+        cap = max(budget_mod.MIN_PROBE_ITERS, round(self.train_s / sec))
+        self.probes_run += 1
+        limit_s = budget_mod.GUARD * max(budget_mod.MIN_PROBE_S, self.train_s)
+        r = self.prober(pc, cap, limit_s, lambda it, acc: False, budget_mod.RANKING_EVALS)
+        self.results[pc] = r
+        return r
+
+    def ordered(self, out: list[Scored]) -> list[Scored]:
+        """Best first: by rank_key and the long-horizon tie rule, then by seconds per iteration."""
         keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, self.ranking),
                                    x.config.lr / x.config.variant.lr_gain, x.probe and x.probe.start_loss) for x in out])
         order = sorted(range(len(out)), key=lambda i: (keys[i] or UNRANKED, out[i].sec_per_iter))
-        out = [out[i] for i in order]
+        return [out[i] for i in order]
+
+    def scored(self) -> list[Scored]:
+        """Every configuration considered, probed or not, and every setup never reached."""
+        out = self.ordered([Scored(s.config(lr, mu), s.sec_per_iter,
+                                   self.results.get(s.probe(lr, mu)) if not note else None, note)
+                            for (s, lr, mu), note in self.tried.items()])
         reached = {s for s, _, _ in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
         out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
@@ -790,7 +887,8 @@ def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
         momentum=s.config.momentum, implicit_momentum=s.config.variant.implicit_momentum(),
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
         note=probe_note(s.probe) if s.probe else (s.note or "not probed"),
-        iters_band=band(s.probe.interval) if s.probe and s.probe.interval and s.iters else ()) for s in scored)
+        iters_band=band(s.probe.interval) if s.probe and s.probe.interval and s.iters else (),
+        model_sec_per_iter=s.model_sec_per_iter) for s in scored)
 
 
 def probe_note(r: ProbeResult) -> str:
@@ -835,6 +933,22 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
     return Search([replace(best, probe=r)] + found.scored[1:], planning)
 
 
+def spec_batches(perf: PerfModel, c: Config) -> dict[str, int]:
+    """Each device's batch of a configuration (balanced by the devices' speeds side by side)."""
+    return device_batches(perf.contended([d for g in c.groups for d in g]), c.variant, c.groups, c.batch)
+
+
+def spec_of(c: Config, profile: Profile, workload: str, data_dir: str | None, target: float | None,
+            seed: int) -> RunSpec:
+    """The run spec of a configuration on the profile's cluster."""
+    cluster = profile.cluster
+    return RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
+                   devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
+                   batch_size=spec_batches(PerfModel.from_profile(profile), c), lr=c.lr, momentum=c.momentum,
+                   seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
+                   server_host=cluster.server_host, server_node=cluster.server_node)
+
+
 def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
                data_dir: str | None, target: float, seed: int, created_at: str, simulated_cluster: str = "",
                hardware_model: str = ANALYTIC) -> Plan:
@@ -854,22 +968,18 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
         best = max(learned, key=lambda s: (s.probe.curve[-1][1], -s.sec_per_iter))
         scored = [best] + [s for s in scored if s is not best]
     c = best.config
-    cluster = profile.cluster
     perf = PerfModel.from_profile(profile)
-    batch = device_batches(perf.compute, c.variant, c.groups, c.batch)
-    if hardware_model == ANALYTIC and not analytic_covers(perf, Shape(c.groups, batch, c.variant, c.layout)):
+    if best.model_sec_per_iter is not None:
+        hardware_model = MEASURED
+    elif hardware_model == ANALYTIC and not analytic_covers(perf, Shape(c.groups, spec_batches(perf, c), c.variant,
+                                                                        c.layout)):
         hardware_model = SIMULATED        # no calibration job timed this shape: `profiled` simulated it
-    spec = RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
-                   devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
-                   batch_size=batch,
-                   lr=c.lr, momentum=c.momentum,
-                   seed=seed, target_accuracy=target, rendezvous=cluster.rendezvous,
-                   server_host=cluster.server_host, server_node=cluster.server_node)
+    spec = spec_of(c, profile, workload, data_dir, target, seed)
     return Plan(
         schema_version=SCHEMA_VERSION, spec=spec, layout=c.layout,
         implicit_momentum=c.variant.implicit_momentum(),
         prediction=Prediction(best.sec_per_iter, best.iters, best.time_to_target_s,
-                              tuple((float(i), float(a)) for i, a in best.probe.curve)),
+                              tuple((float(i), float(a)) for i, a in best.probe.curve), best.model_sec_per_iter),
         candidates=candidate_rows(scored), profile=profile_path, created_at=created_at, planning=found.planning,
         hardware_model=SIMULATED if simulated_cluster else hardware_model, simulated_cluster=simulated_cluster,
         idle=dict(c.idle))

@@ -8,7 +8,12 @@ Notation (all times in seconds, sizes in bytes):
     R(m)       point-to-point round trip of m bytes:      R(m)   = r_0 + r_1 * m   (fitted)
     u          the server applying one update to the model (profiled)
     M          model size in bytes
-A group of k devices takes T = max_d t_d(b_d) + A_k(M) per minibatch. With a parameter server,
+    k_d        a CPU worker's stretch beside GPUs on its node: ceil(threads asked / cores) when
+               the GPUs' processes (a core each) and the CPU workers' threads ask for more
+               than the node's cores, else 1 (Cores.slowdown)
+    C(M)       a GPU's gradient copied to its host and back, where gloo carries it
+A group of k devices takes T = max_d k_d t_d(b_d) + A_k(M) (+ C(M) with a GPU) per minibatch.
+A GPU's t_d(b) is taken monotone in b (ComputeModel.monotone). With a parameter server,
 the leader's exchange adds R(M) and the group's broadcast of new weights another A_k(M); g groups
 share one server whose service time is s = u + R(M), so the server saturates at 1/s updates/s.
 Each protocol combines these pieces by its own equation (protocols.Variant.sec_per_update): for
@@ -97,6 +102,15 @@ class ComputeModel:
         steps = sorted(dp.steps, key=lambda s: s.batch_size)
         return cls(np.array([s.batch_size for s in steps], float), np.array([s.sec_per_step for s in steps]))
 
+    def monotone(self) -> "ComputeModel":
+        """t(b) = min over b' >= b of the measured t(b'): a GPU's step does no less work at a
+        larger batch, so a step slower than a larger one's is interference, not the device (an
+        H200 timed beside 16 busy CPU workers read 13.5 ms at batch 32 and 6.1 at 128)."""
+        return replace(self, seconds=np.minimum.accumulate(self.seconds[::-1])[::-1].copy())
+
+    def scaled(self, factor: float) -> "ComputeModel":
+        return self if factor == 1.0 else replace(self, seconds=self.seconds * factor)
+
     @property
     def tail(self) -> Linear:
         """t(b) = alpha + beta * b over the upper half of the profiled batch sizes."""
@@ -112,6 +126,53 @@ class ComputeModel:
         # Continue from the last measurement at the fitted slope, so t(b) stays continuous.
         beyond = self.seconds[-1] + tail.slope * (b - self.batches[-1])
         return np.where(b > self.batches[-1], beyond, inside)
+
+
+def compute_models(profile: Profile) -> dict[str, ComputeModel]:
+    """t_d(b) of every profiled device (`pooled`), a CUDA device's made monotone in b."""
+    models = pooled(list(profile.devices))
+    cuda = {d.id for d in profile.cluster.devices if d.kind == "cuda"}
+    return {d: m.monotone() if d in cuda else m for d, m in models.items()}
+
+
+# Copying a gradient between a GPU and its host, as gloo needs when a GPU works beside CPU
+# workers or talks to the server: C(M) = 2 * (COPY_LATENCY_S + M / COPY_BYTES_PER_S), one copy
+# each way per update (pageable host memory over PCIe moves about 10 GB/s).
+COPY_LATENCY_S = 20e-6
+COPY_BYTES_PER_S = 10e9
+
+
+def host_copy_s(nbytes: float) -> float:
+    return 2 * (COPY_LATENCY_S + nbytes / COPY_BYTES_PER_S)
+
+
+@dataclass(frozen=True)
+class Cores:
+    """Which processes share a host's cores: each CPU worker's threads, and one core for each GPU's
+    process, which launches its kernels and feeds it data."""
+    cores: int                          # of each node (the profiled host's; nodes alike)
+    threads: dict[str, int]             # a device's process: a CPU worker's threads, 1 for a GPU
+    node: dict[str, int]
+    cuda: frozenset[str]
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> "Cores":
+        devs = profile.cluster.devices
+        return cls(max(profile.host.cpu_count, 1), {d.id: d.threads if d.kind == "cpu" else 1 for d in devs},
+                   {d.id: d.node for d in devs}, frozenset(d.id for d in devs if d.kind == "cuda"))
+
+    def slowdown(self, devices) -> dict[str, float]:
+        """Each device's step stretch when GPUs and CPU workers run side by side on a node:
+        threads that ask for more than its cores time-share them, and a CPU worker's parallel
+        region waits for its slowest thread, so its step takes ceil(threads / cores) times as long.
+        A CPU-only set is taken as the cluster lays it out (its layouts fit the cores)."""
+        out = {d: 1.0 for d in devices}
+        for n in {self.node[d] for d in devices}:
+            mine = [d for d in devices if self.node[d] == n]
+            asked = sum(self.threads[d] for d in mine)
+            if any(d in self.cuda for d in mine) and any(d not in self.cuda for d in mine) and asked > self.cores:
+                out.update((d, float(math.ceil(asked / self.cores))) for d in mine if d not in self.cuda)
+        return out
 
 
 NOISE_Z = 3.0         # devices differ in speed when their throughputs differ by this many standard errors
@@ -200,7 +261,7 @@ class NetworkModel:
         return float(fit.intercept * (k - 1) / (k0 - 1) + fit.slope * scale * nbytes)
 
 
-CalibrationKey = tuple[str, str, int]     # (layout, variant key, number of groups)
+CalibrationKey = tuple[str, str, int, int]     # (layout, variant key, number of groups, of devices)
 
 
 @dataclass(frozen=True)
@@ -213,7 +274,9 @@ class Shape:
 
     @property
     def key(self) -> CalibrationKey:
-        return (self.layout, self.variant.key, len(self.groups))
+        """A calibration job answers only for its own devices: one of a layout's 17 does not run
+        like all 17 together."""
+        return (self.layout, self.variant.key, len(self.groups), sum(map(len, self.groups)))
 
 
 @dataclass(frozen=True)
@@ -222,11 +285,18 @@ class PerfModel:
     network: NetworkModel
     model_bytes: int
     calibration: dict[CalibrationKey, Piecewise] = field(default_factory=dict)
+    cores: Cores | None = None          # None: no contention between devices (a bare model)
 
     @classmethod
     def from_profile(cls, profile: Profile) -> "PerfModel":
-        analytic = cls(pooled(list(profile.devices)), NetworkModel.from_profile(profile.network), profile.model_bytes)
+        analytic = cls(compute_models(profile), NetworkModel.from_profile(profile.network), profile.model_bytes,
+                       cores=Cores.from_profile(profile))
         return replace(analytic, calibration=analytic.fit_calibration(profile))
+
+    def contended(self, devices) -> dict[str, ComputeModel]:
+        """t_d(b) of these devices as they run side by side (Cores.slowdown)."""
+        slow = self.cores.slowdown(devices) if self.cores else {}
+        return {d: self.compute[d].scaled(slow.get(d, 1.0)) for d in devices}
 
     def fit_calibration(self, profile: Profile) -> dict[CalibrationKey, Piecewise]:
         """Per layout/protocol/g, from the profile's real jobs: measured against analytic."""
@@ -236,16 +306,21 @@ class PerfModel:
             points.setdefault(shape.key, []).append((self.analytic_s(shape), cal.sec_per_iter))
         return {key: Piecewise.fit(pts) for key, pts in points.items()}
 
-    def compute_s(self, devices, batch: dict[str, int]) -> float:
-        """The slowest member's compute step."""
-        return max(float(self.compute[d](batch[d])) for d in devices)
+    def compute_s(self, devices, batch: dict[str, int], everyone=None) -> float:
+        """The slowest member's compute step, beside `everyone` (default: these devices)."""
+        compute = self.contended(tuple(everyone or devices))
+        return max(float(compute[d](batch[d])) for d in devices)
 
-    def group_step_s(self, devices, batch: dict[str, int], server: bool) -> float:
-        """T: one minibatch of one compute group, including its communication."""
+    def group_step_s(self, devices, batch: dict[str, int], server: bool, everyone=None) -> float:
+        """T: one minibatch of one compute group, including its communication; a GPU's gradient
+        crosses to its host where gloo carries it (beside CPU workers, or to the server)."""
         k = len(devices)
-        t = self.compute_s(devices, batch) + self.network.allreduce_s(k, self.model_bytes)
+        t = self.compute_s(devices, batch, everyone) + self.network.allreduce_s(k, self.model_bytes)
         if server:
             t += self.network.round_trip(self.model_bytes) + self.network.allreduce_s(k, self.model_bytes)
+        cuda = self.cores.cuda if self.cores else frozenset()
+        if any(d in cuda for d in devices) and (server or any(d not in cuda for d in devices)):
+            t += host_copy_s(self.model_bytes)
         return float(t)
 
     def server_service_s(self) -> float:
@@ -256,7 +331,7 @@ class PerfModel:
         """The pieces a protocol's equation combines (protocols.Costs)."""
         server = shape.variant.has_server
         devices = [d for g in shape.groups for d in g]
-        return Costs(group_steps=tuple(self.group_step_s(g, shape.batch, server) for g in shape.groups),
+        return Costs(group_steps=tuple(self.group_step_s(g, shape.batch, server, devices) for g in shape.groups),
                      compute=self.compute_s(devices, shape.batch),
                      allreduce=self.network.allreduce_s(len(devices), self.model_bytes),
                      round_trip=float(self.network.round_trip(self.model_bytes)),

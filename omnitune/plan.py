@@ -20,6 +20,7 @@ from omnitune.runspec import RunSpec
 SCHEMA_VERSION = 2
 ANALYTIC = "analytic"      # perfmodel, calibrated on the profile's jobs: clusters that ran their profile
 SIMULATED = "simulated"    # simulator.py: a fleet of node types and counts that cannot run here
+MEASURED = "measured"      # a short real job of the chosen configuration (timing.py)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Prediction:
     iters_to_target: float | None    # None: no probe could predict it (the plan learned fastest in its probe)
     time_to_target_s: float | None
     curve: tuple[tuple[float, float], ...] = ()   # the winner's probe: (iteration, test accuracy)
+    model_sec_per_iter: float | None = None       # the model's figure, where a real job's replaced it
 
     def __post_init__(self):
         times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
@@ -48,6 +50,7 @@ class Candidate:
     time_to_target_s: float | None
     note: str = ""
     iters_band: tuple[float, ...] = ()   # band on iters_to_target (statmodel): (low, high), or (low,) with no top
+    model_sec_per_iter: float | None = None   # the model's figure, where a real job timed sec_per_iter
 
     def __post_init__(self):
         times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)
@@ -103,8 +106,9 @@ class Plan:
     def __post_init__(self):
         if self.spec.target_accuracy is None:
             raise ValueError("spec.target_accuracy: a plan needs a target")
-        if self.hardware_model not in (ANALYTIC, SIMULATED):
-            raise ValueError(f"hardware_model must be {ANALYTIC!r} or {SIMULATED!r}, got {self.hardware_model!r}")
+        if self.hardware_model not in (ANALYTIC, SIMULATED, MEASURED):
+            raise ValueError(f"hardware_model must be {ANALYTIC!r}, {SIMULATED!r} or {MEASURED!r}, got "
+                             f"{self.hardware_model!r}")
 
 
 def save(plan: Plan, path: str | os.PathLike) -> None:

@@ -1,8 +1,12 @@
 """`omnitune profile`: measure each device's training step and the links between devices.
 
-Devices of the largest layout are measured concurrently, one process each, so that contention
-for cores and memory bandwidth is in the numbers; the same processes then time gloo all-reduce
-and point-to-point round trips. Devices outside that layout are measured in this process.
+Devices outside the largest CPU layout are measured first, in this process, each with the host
+to itself: a GPU without CPU workers contending, its batch grown until its throughput levels off
+or its memory runs out. Then the devices of that layout are measured concurrently, one process
+each, so that contention for cores and memory bandwidth is in the numbers; the same processes
+time gloo all-reduce and point-to-point round trips, and real jobs of the runtime (calibration):
+every protocol on that layout, each one-device layout, and each layout of GPUs beside CPU
+workers, with batches balanced from the steps measured before.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import platform
 import socket
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -20,12 +25,13 @@ import torch
 
 from omnitune import protocols, workload as workload_mod
 from omnitune.cluster import Cluster, Device, is_loopback
+from omnitune.errors import UserError
 from omnitune.profile import SCHEMA_VERSION as PROFILE_SCHEMA
 from omnitune.profile import DeviceProfile, HostFacts, Network, Profile, StepTiming
 from omnitune.runspec import RunSpec
 from omnitune.runtime import launch as launch_mod
 from omnitune.runtime.context import torch_device
-from omnitune.runtime.measure import Settings, StepTimer, measure_steps
+from omnitune.runtime.measure import Settings, StepTimer, alone_steps
 from omnitune.runtime.profile_worker import ProfileJob, main as worker_main
 from omnitune.runtime.topology import placed_nodes
 
@@ -50,13 +56,24 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     model = wl.build_model()
     datasets = wl.build_datasets(data_dir, 0)
     train = datasets[0]
-    biggest = max(cluster.layouts, key=lambda k: len(cluster.layouts[k]))
+    biggest = concurrent_layout(cluster)
     concurrent = cluster.layout(biggest)
     # Rank 0 plays the parameter server on the server's node; rank i runs device i - 1 where it is.
     everyone = placed_nodes([(cluster.server_node, cluster.server_host)] + [(d.node, d.host) for d in concurrent])
     here = launch_mod.pick_node(everyone, cluster.rendezvous, node_rank, "the cluster spec")
     devices: dict[str, DeviceProfile] = {}
     network, calibration = None, []
+    # Devices outside that layout first, alike ones once, each with the host to itself (a GPU
+    # without CPU workers beside it): the mixed layouts' calibration jobs balance from them.
+    alike: dict[tuple, list[StepTiming]] = {}
+    concurrent_ids = set(cluster.layouts[biggest])
+    for device in cluster.devices:
+        if device.id not in concurrent_ids and (here.index == 0 or len(concurrent) == 1):
+            key = (device.kind, device.host, device.threads, device.emulated_slowdown)
+            if key not in alike:
+                progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
+                alike[key] = measure_alone(wl, train, device, settings, progress)
+            devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
     if len(concurrent) > 1:
         progress(f"{len(concurrent)} workers of layout {biggest!r} at once, then their links")
         several = len(everyone) > 1
@@ -69,10 +86,11 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
                          launch_mod.store_port(everyone, cluster.rendezvous),
                          None if cached else workload_mod.share(datasets, shared), str(log_dir),
-                         () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings))
+                         () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
+                         () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
+                         {d: dp.steps for d, dp in devices.items()})
         try:
-            results = launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir,
-                                             run_id=f"profile-{_digest(cluster, workload_spec)}")
+            results = launch(job, here, everyone, cluster, workload_spec, log_dir, progress)
         finally:
             shared.unlink(missing_ok=True)
         gathered = next((r for r in results.values() if r is not None), None)
@@ -86,14 +104,11 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
                           p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
         calibration = by_rank[0]["calibration"]
-    alike: dict[tuple, list[StepTiming]] = {}     # devices outside that layout, alike, are measured once
-    for device in cluster.devices:
+    for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
-            key = (device.kind, device.host, device.threads, device.emulated_slowdown)
-            if key not in alike:
-                progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
-                alike[key] = measure_alone(wl, train, device, settings)
-            devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
+            progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
+            devices[device.id] = DeviceProfile.measured(device.id, measure_alone(wl, train, device, settings,
+                                                                                 progress), False)
     return Profile(
         schema_version=PROFILE_SCHEMA, workload=workload_spec,
         model_params=sum(p.numel() for p in model.parameters()),
@@ -102,6 +117,50 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         host=host_facts(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         quick=settings.repeats < Settings().repeats, calibration=tuple(calibration),
     )
+
+
+def launch(job: ProfileJob, here, everyone, cluster: Cluster, workload_spec: str, log_dir: Path,
+           progress: Callable[[str], None]) -> dict:
+    """The profile's processes; should a GPU's mixed-layout jobs fail (the GPU beside CPU workers
+    is the one part the CPU-only tests cannot run), once more without them, so that the profile
+    still ends: those layouts are then modelled, and the planner times any that leads."""
+    run_id = f"profile-{_digest(cluster, workload_spec)}"
+    try:
+        return launch_mod.launch_node(worker_main, (job,), here, everyone, cluster.rendezvous, log_dir, run_id=run_id)
+    except UserError as e:
+        if not job.mixed_specs:
+            raise
+        progress(f"the calibration jobs of GPUs beside CPU workers failed ({e}); measuring again without them")
+        return launch_mod.launch_node(worker_main, (replace(job, mixed_specs=()),), here, everyone,
+                                      cluster.rendezvous, log_dir, run_id=run_id + "-again")
+
+
+def concurrent_layout(cluster: Cluster) -> str:
+    """The layout measured with its devices side by side: the largest of CPU workers alone where
+    there is one (GPUs are timed without CPU workers contending), else the largest."""
+    def key(name: str) -> tuple[bool, int]:
+        ids = cluster.layouts[name]
+        return all(cluster.device(d).kind == "cpu" for d in ids), len(ids)
+    return max(cluster.layouts, key=key)
+
+
+def mixed_specs(cluster: Cluster, workload_spec: str, data_dir: str | None,
+                settings: Settings) -> tuple[tuple[str, RunSpec], ...]:
+    """Sync jobs with balanced batches of each layout that puts GPUs beside CPU workers, at the
+    smallest and the largest calibration batch: such a layout runs as nothing else measured does
+    (the GPU's process and the CPU threads share the host; gloo copies the GPU's gradient), so it
+    is timed as it would run. The worker balances the batches from the measured steps."""
+    batches = tuple(dict.fromkeys((settings.calibrate_batches[0], settings.calibrate_batches[-1])))
+    out = []
+    for name, ids in cluster.layouts.items():
+        kinds = {cluster.device(d).kind for d in ids}
+        if kinds == {"cpu", "cuda"} and len({cluster.device(d).node for d in ids}) == 1:
+            devices = tuple(cluster.device(d) for d in ids)
+            out += [(name, RunSpec(workload=workload_spec, data_dir=data_dir, variant=protocols.Sync(balanced=True),
+                                   devices=devices, groups=(ids,), batch_size={i: b for i in ids}, lr=0.01,
+                                   momentum=0.0, rendezvous=cluster.rendezvous, server_host=cluster.server_host,
+                                   server_node=cluster.server_node)) for b in batches]
+    return tuple(out)
 
 
 def _digest(*parts) -> str:
@@ -138,9 +197,16 @@ def alone_specs(cluster: Cluster, measured: str, workload_spec: str, data_dir: s
                  for spec in calibration_specs(cluster, name, workload_spec, data_dir, batches))
 
 
-def measure_alone(wl, train, device: Device, s: Settings) -> list[StepTiming]:
+def measure_alone(wl, train, device: Device, s: Settings,
+                  progress: Callable[[str], None] = lambda msg: None) -> list[StepTiming]:
+    """Step timings of a device outside the concurrent layout, in this process (alone_steps):
+    a GPU's range grows past max_batch, and a size that does not fit in memory ends it with one
+    line to `progress`. The device's threads and cached GPU memory are given back after, since
+    this process goes on to measure other devices."""
     threads = torch.get_num_threads()
     try:
-        return measure_steps(StepTimer(wl, train, torch_device(device), device), s)
+        return alone_steps(StepTimer(wl, train, torch_device(device), device), device, s, progress)
     finally:
         torch.set_num_threads(threads)
+        if device.kind == "cuda":
+            torch.cuda.empty_cache()        # the timer, its model and state, is gone with the call

@@ -45,7 +45,7 @@ import numpy as np
 import simpy
 
 from omnitune import protocols
-from omnitune.perfmodel import ComputeModel, Linear, Shape, calibration_shape
+from omnitune.perfmodel import Cores, Linear, Shape, calibration_shape, compute_models
 from omnitune.profile import Profile
 from omnitune.protocols import Variant
 
@@ -318,17 +318,20 @@ def step_spread(profile: Profile, device_id: str, batch: int) -> float:
 
 
 def from_profile(profile: Profile, shape: Shape, network: Network | None = None,
-                 overhead_s: float | None = None) -> Scenario:
+                 overhead_s: float | None = None, compute: dict | None = None) -> Scenario:
     """A configuration of a profiled cluster: each device's step at its batch (the profile's
-    measurements, interpolated as perfmodel does), the profile's link for both classes unless
+    measurements, interpolated as perfmodel does, `compute` when given, stretched where GPUs and
+    CPU workers crowd a node's cores: perfmodel.Cores), the profile's link for both classes unless
     `network` is given, its server update, and the runtime's overhead o (by default from the
     profile's calibration jobs, `runtime_overhead`)."""
     if network is None:
         message, ring = profile_links(profile)
         network = Network(message, message, ring, ring)
     cluster, net = profile.cluster, profile.network
-    groups = tuple(tuple(SimDevice(d, cluster.device(d).node,
-                                   float(ComputeModel.from_profile(profile.device(d))(shape.batch[d])),
+    everyone = [d for g in shape.groups for d in g]
+    slow = Cores.from_profile(profile).slowdown(everyone)
+    compute = compute or compute_models(profile)
+    groups = tuple(tuple(SimDevice(d, cluster.device(d).node, float(compute[d](shape.batch[d])) * slow[d],
                                    step_spread(profile, d, shape.batch[d])) for d in g) for g in shape.groups)
     return Scenario(shape.variant, groups, network, profile.model_bytes, net.server_update_s if net else 0.0,
                     cluster.server_node,

@@ -155,11 +155,21 @@ def first(dataset: Dataset, n: int) -> Dataset:
     return Subset(dataset, range(n))
 
 
+def on_device(dataset: Dataset, device: torch.device) -> Dataset:
+    """The training set where a GPU worker computes: a TensorDataset's tensors copied to the GPU
+    once, so that each batch is gathered there rather than gathered on the host and copied (on
+    an H200 that copy made a small model's step 1.06-1.27 times a plain loop's); the same
+    indices give the same batches. Other datasets, and CPU devices, as they are."""
+    if device.type != "cuda" or not isinstance(dataset, TensorDataset):
+        return dataset
+    return TensorDataset(*(t.to(device) for t in dataset.tensors))
+
+
 def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather samples by index; a TensorDataset is indexed directly, others one by one."""
     if isinstance(dataset, TensorDataset):
-        idx = torch.as_tensor(indices, dtype=torch.long)
         x, y = dataset.tensors[:2]
+        idx = torch.as_tensor(indices, dtype=torch.long, device=x.device)
         return x[idx], y[idx]
     xs, ys = zip(*(dataset[int(i)] for i in indices))
     return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(ys)

@@ -6,8 +6,9 @@ from omnitune.errors import UserError
 
 def test_local_cluster_offers_both_layouts():
     c = local_cluster(cpu_count=4, cuda_count=1)
-    assert c.layouts["one-per-core"] == ("cpu0", "cpu1", "cpu2", "cpu3", "cuda0")
-    assert c.layouts["one-worker"] == ("cpu-all", "cuda0")
+    assert c.layouts["one-per-core"] == ("cpu0", "cpu1", "cpu2", "cpu3")
+    assert c.layouts["one-worker"] == ("cpu-all",)
+    assert c.layouts["gpus+one-worker"] == ("cuda0", "cpu-rest") and c.device("cpu-rest").threads == 3
     assert c.device("cpu-all").threads == 4
     assert c.device("cuda0").kind == "cuda" and c.device("cuda0").cuda_index == 0
     assert set(c.hosts) == {"127.0.0.1"}
@@ -15,8 +16,9 @@ def test_local_cluster_offers_both_layouts():
 
 def test_threads_per_worker_between_one_per_core_and_one_on_all():
     c = local_cluster(cpu_count=16, cuda_count=1)
-    assert list(c.layouts) == ["one-per-core", "8-workers", "4-workers", "2-workers", "one-worker"]
-    assert c.layouts["4-workers"] == ("cpu4x0", "cpu4x1", "cpu4x2", "cpu4x3", "cuda0")
+    assert list(c.layouts) == ["one-per-core", "8-workers", "4-workers", "2-workers", "one-worker", "gpus",
+                               "gpus+per-core", "gpus+one-worker"]
+    assert c.layouts["4-workers"] == ("cpu4x0", "cpu4x1", "cpu4x2", "cpu4x3")
     assert {c.device(d).threads for d in c.layouts["4-workers"][:4]} == {4}
     assert list(local_cluster(cpu_count=2, cuda_count=0).layouts) == ["one-per-core", "one-worker"]
 

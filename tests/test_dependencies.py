@@ -1,6 +1,6 @@
 """The package's dependencies point one way, read from its source:
 
-    cli -> planning (optimizer, emulator, probe, profiler, replan, report) -> runtime -> core
+    cli -> planning (optimizer, emulator, probe, profiler, replan, report, timing) -> runtime -> core
                                                                  -> core
 
 The core (protocols, the models, the file schemas) is pure: no torch, no processes. The runtime
@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).parent.parent / "omnitune"
 
 CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel", "budget",
         "balance"}
-PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report", "simulator", "fleet"}
+PLANNING = {"optimizer", "study", "emulator", "probe", "profiler", "replan", "report", "simulator", "fleet", "timing"}
 PURE_PLANNING = {"optimizer", "study", "replan", "simulator", "fleet"}     # planning that imports only the core: no torch
 
 

@@ -16,13 +16,18 @@ from tests.conftest import DATA, ROOT
 
 
 def with_gpus(sample, indices=(0,), one_worker: bool = True):
-    """The sample profile (cpu0, cpu1, cpu-all) plus a CUDA device per index in every layout, as
-    local_cluster lays them out, each measured as cpu0; without the one-worker layout if asked."""
+    """The sample profile (cpu0, cpu1, cpu-all) plus a CUDA device per index, laid out as
+    local_cluster lays them out: the GPUs alone, and beside one CPU worker per core they leave
+    free; each GPU measured as cpu0; without the one-worker layout if asked."""
     gpus = tuple(dataclasses.replace(sample.cluster.device("cpu0"), id=f"cuda{i}", kind="cuda", cuda_index=i,
                                      threads=1) for i in indices)
     ids = tuple(d.id for d in gpus)
-    layouts = {name: members + ids for name, members in sample.cluster.layouts.items()
+    layouts = {name: members for name, members in sample.cluster.layouts.items()
                if one_worker or name != "one-worker"}
+    layouts["gpus"] = ids
+    free = sample.cluster.layouts["one-per-core"][:2 - len(ids)]
+    if free:
+        layouts["gpus+per-core"] = ids + free
     cluster = dataclasses.replace(sample.cluster, devices=sample.cluster.devices + gpus, layouts=layouts)
     devices = sample.devices + tuple(dataclasses.replace(sample.device("cpu0"), device_id=i) for i in ids)
     calibration = tuple(c for c in sample.calibration if c.layout in layouts)
@@ -31,9 +36,9 @@ def with_gpus(sample, indices=(0,), one_worker: bool = True):
 
 def test_the_alternatives_are_the_gpu_the_cpus_and_everything(sample_profile):
     prof = with_gpus(sample_profile)
-    assert gpu.alternatives(prof) == {"gpu-alone": ("one-per-core", ("cuda0",)),
+    assert gpu.alternatives(prof) == {"gpu-alone": ("gpus", ("cuda0",)),
                                       "cpus-alone": ("one-worker", ("cpu-all",)),
-                                      "all-devices": ("one-per-core", ("cpu0", "cpu1", "cuda0"))}
+                                      "all-devices": ("gpus+per-core", ("cuda0", "cpu0"))}
 
 
 def test_without_one_worker_the_cpus_are_those_of_one_per_core(sample_profile):
@@ -44,9 +49,9 @@ def test_without_one_worker_the_cpus_are_those_of_one_per_core(sample_profile):
 def test_the_gpu_alone_is_the_first_by_index(sample_profile):
     prof = with_gpus(sample_profile, indices=(1, 0))
     found = gpu.alternatives(prof)
-    assert found["gpu-alone"] == ("one-per-core", ("cuda0",))
+    assert found["gpu-alone"] == ("gpus", ("cuda0",))
     assert found["cpus-alone"] == ("one-worker", ("cpu-all",))
-    assert set(found["all-devices"][1]) == {"cpu0", "cpu1", "cuda0", "cuda1"}
+    assert set(found["all-devices"][1]) == {"cuda0", "cuda1"}      # two GPUs leave no core of two free
 
 
 def test_no_gpu_in_the_profile_is_an_error(sample_profile):
@@ -62,8 +67,8 @@ def test_the_alternatives_differ_only_in_devices(sample_profile):
     specs = {name: fixed_spec(prof, "lenet-digits", 0.9, c) for name, c in configs.items()}
     assert specs["gpu-alone"].batch_size == {"cuda0": 32}
     assert specs["cpus-alone"].batch_size == {"cpu-all": 32}
-    assert specs["all-devices"].device_ids == ("cpu0", "cpu1", "cuda0")
-    assert sum(specs["all-devices"].batch_size.values()) == 3 * 32
+    assert specs["all-devices"].device_ids == ("cuda0", "cpu0")
+    assert sum(specs["all-devices"].batch_size.values()) == 2 * 32
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU it would run the whole benchmark")
@@ -107,17 +112,20 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
     ran = []
 
-    def run_spec(spec, out_dir, max_time_s):
+    def run_spec(spec, out_dir, max_time_s, start_from=None):
         ran.append((spec.device_ids, spec.seed, max_time_s))
         return SimpleNamespace(time_to_target_s=10.0, reached_target=spec.device_ids != ("cuda0",), final_accuracy=0.9,
-                               mean_staleness=0.0, measured_sec_per_iter=0.1, iterations=100, protocol_stats={})
-    monkeypatch.setattr("benchmarks.protocols.job.run_spec", run_spec)
+                               mean_staleness=0.0, measured_sec_per_iter=0.1, iterations=100, protocol_stats={},
+                               started_at_s=0.0)
+    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
     out = gpu.bench(True, tmp_path)
-    assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 60.0
+    assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 30.0
     assert [r["config"] for r in out["rows"]] == ["plan", "gpu-alone", "cpus-alone", "all-devices"]
-    assert [devices for devices, _, _ in ran] == [plan.spec.device_ids, ("cuda0",), ("cpu-all",),
-                                                   ("cpu0", "cpu1", "cuda0")]
-    assert {(seed, limit) for _, seed, limit in ran} == {(0, 60.0)}
-    assert out["summary"]["gpu-alone_s"] == 60.0 and out["summary"]["plan_over_best_alternative"] == 1.0
+    assert [devices for devices, _, _ in ran] == [plan.spec.device_ids, ("cuda0",), ("cpu-all",), ("cuda0", "cpu0")]
+    assert {(seed, limit) for _, seed, limit in ran} == {(0, 30.0)}
+    assert out["summary"]["gpu-alone_s"] == 30.0 and out["summary"]["plan_over_best_alternative"] == 1.0
     assert out["profile"]["devices"]["cuda0"]["kind"] == "cuda"
     json.dumps(out, allow_nan=False)
+    from benchmarks import docs
+    page = docs.gpu_section({**out, "cuda_device": "a stub", "measured_at": "today"})
+    assert sum(line.startswith("| plan |") or line.startswith("| gpu-alone |") for line in page) == 2

@@ -18,10 +18,24 @@ def mixed_plan(protocol="groups", groups=(("cuda0", "cuda1"), ("cpu0",))):
     return make_spec(protocol, groups, batch=16, devices=GPUS_AND_CPU)
 
 
-def test_cuda_devices_join_profiles_and_layouts():
-    c = local_cluster(cpu_count=2, cuda_count=2)
-    assert [d.id for d in c.layout("one-per-core")] == ["cpu0", "cpu1", "cuda0", "cuda1"]
-    assert [d.id for d in c.layout("one-worker")] == ["cpu-all", "cuda0", "cuda1"]
+def test_gpus_get_layouts_of_their_own_and_beside_cpu_workers_on_the_cores_they_leave():
+    c = local_cluster(cpu_count=4, cuda_count=2)
+    assert [d.id for d in c.layout("one-per-core")] == ["cpu0", "cpu1", "cpu2", "cpu3"]
+    assert [d.id for d in c.layout("one-worker")] == ["cpu-all"]
+    assert [d.id for d in c.layout("gpus")] == ["cuda0", "cuda1"]
+    # Each GPU's process takes a core: CPU workers beside two GPUs get the other two.
+    assert [d.id for d in c.layout("gpus+per-core")] == ["cuda0", "cuda1", "cpu0", "cpu1"]
+    assert [(d.id, d.threads) for d in c.layout("gpus+one-worker")] == [("cuda0", 1), ("cuda1", 1), ("cpu-rest", 2)]
+    for ids in c.layouts.values():
+        assert sum(c.device(d).threads for d in ids) <= 4
+
+
+def test_with_one_core_free_beside_the_gpu_there_is_no_second_mixed_layout():
+    c = local_cluster(cpu_count=2, cuda_count=1)
+    assert [d.id for d in c.layout("gpus+per-core")] == ["cuda0", "cpu0"]
+    assert "gpus+one-worker" not in c.layouts
+    assert "gpus" in local_cluster(cpu_count=1, cuda_count=1).layouts
+    assert "gpus+per-core" not in local_cluster(cpu_count=1, cuda_count=1).layouts
 
 
 def test_nccl_inside_gpu_groups_and_gloo_elsewhere():
@@ -90,3 +104,22 @@ def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monke
                         calls.append((nprocs, kw["nodes"], kw["is_host"])))
     assert job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), node_rank=1) is None
     assert calls == [(2, 2, False)]
+
+
+def test_a_cpu_workers_training_set_stays_where_it_is():
+    from torch.utils.data import TensorDataset
+    from omnitune import workload
+    data = TensorDataset(torch.arange(12.0).view(6, 2), torch.arange(6))
+    assert workload.on_device(data, torch.device("cpu")) is data
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gpu_worker_gathers_the_same_batches_on_the_gpu():
+    from torch.utils.data import TensorDataset
+    from omnitune import workload
+    data = TensorDataset(torch.randn(100, 3), torch.randint(0, 5, (100,)))
+    there = workload.on_device(data, torch.device("cuda", 0))
+    for (x, y), (gx, gy) in zip(workload.batches(data, 16, seed=3), workload.batches(there, 16, seed=3)):
+        assert gx.is_cuda and torch.equal(gx.cpu(), x) and torch.equal(gy.cpu(), y)
+        break

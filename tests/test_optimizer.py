@@ -531,3 +531,96 @@ def test_a_probe_on_one_device_alone_costs_what_its_calibration_job_timed():
         assert before[("one-worker", b)] < s and after[("one-worker", b)] == pytest.approx(s)
         # Several devices: a probe computes every replica in one process; their cost is unchanged.
         assert after[("one-per-core", b)] == before[("one-per-core", b)]
+
+
+class FakeTimer:
+    """A real job's seconds per iteration: `sec` for every configuration it is asked to time."""
+
+    def __init__(self, sec=None):
+        self.sec, self.calls = sec, []
+
+    def __call__(self, config):
+        self.calls.append(config)
+        return self.sec(config) if callable(self.sec) else self.sec
+
+
+def unmeasured(profile):
+    perf = optimizer.PerfModel.from_profile(profile)
+    return lambda c: not optimizer.measured_shape(perf, c)
+
+
+def test_a_leader_with_an_unmeasured_speed_is_timed_and_loses_when_it_runs_slower(sample_profile):
+    """The sample profile has no calibration jobs: its two-device setups' speeds come from the model
+    alone. The leader is timed before it can win; measured ten times slower, it falls behind, and
+    whatever leads in the end was measured (timed, or its shape calibrated)."""
+    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
+    scored = optimizer.search(sample_profile, space, FakeProber()).scored
+    before, model = scored[0], {s.config: s.sec_per_iter for s in scored}
+    assert unmeasured(sample_profile)(before.config)
+    timer = FakeTimer(sec=lambda c: (10 if c == before.config else 1) * model[c])
+    found = optimizer.search(sample_profile, space, FakeProber(), timer=timer)
+    assert timer.calls[0] == before.config and len(timer.calls) == 2
+    timed = next(s for s in found.scored if s.config == before.config)
+    assert timed.sec_per_iter == 10 * before.sec_per_iter and timed.model_sec_per_iter == before.sec_per_iter
+    assert timed.time_to_target_s == pytest.approx(10 * before.time_to_target_s)
+    best = found.scored[0]
+    assert best.config != before.config
+    assert best.model_sec_per_iter is not None or not unmeasured(sample_profile)(best.config)
+
+
+def test_a_timed_leader_that_runs_as_predicted_wins_and_the_plan_keeps_both_figures(sample_profile):
+    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
+    model = {s.config: s.sec_per_iter for s in
+             optimizer.search(sample_profile, space, FakeProber()).scored}
+    timer = FakeTimer(sec=lambda c: 1.05 * model[c])
+    found = optimizer.search(sample_profile, space, FakeProber(), timer=timer)
+    assert len(timer.calls) == 1
+    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    assert plan.hardware_model == "measured"
+    assert plan.prediction.sec_per_iter == pytest.approx(1.05 * plan.prediction.model_sec_per_iter)
+    assert plan.candidates[0].model_sec_per_iter == plan.prediction.model_sec_per_iter
+
+
+def test_a_leader_whose_speed_was_calibrated_is_not_timed(sample_profile):
+    cal = tuple(Calibration("one-per-core", "sync", 1, b, 1e-3 * b / 8) for b in (8, 32, 128))
+    prof = dataclasses.replace(sample_profile, calibration=cal)
+    timer = FakeTimer(sec=1.0)
+    found = optimizer.search(prof, optimizer.Space(protocols=("sync",), layouts=("one-per-core",)), FakeProber(),
+                             timer=timer)
+    assert found.scored[0].probe is not None and not unmeasured(prof)(found.scored[0].config)
+    assert timer.calls == []
+
+
+def test_a_leader_whose_timing_job_fails_is_not_chosen(sample_profile):
+    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
+    before = optimizer.search(sample_profile, space, FakeProber()).scored[0]
+    found = optimizer.search(sample_profile, space, FakeProber(), timer=FakeTimer(sec=None))
+    assert found.scored[0].config != before.config
+    failed = next(s for s in found.scored if s.config == before.config)
+    assert failed.probe is None and "timing job failed" in failed.note
+
+
+def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_at_its_speed(sample_profile):
+    """At equal training time a setup the model thought 3x faster than it runs trained 3x the
+    iterations it deserved: timed, it trains again for that time at its measured speed, and
+    with fewer iterations its loss no longer leads."""
+    calls = []
+
+    def loss_only(cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+        calls.append((cfg, max_iters))
+        loss = 1.0 + abs(math.log10(cfg.lr / 0.1)) + 100.0 / max_iters      # more iterations, lower loss
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters)
+    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
+    before = optimizer.search(sample_profile, space, loss_only)
+    leader = before.scored[0]
+    assert before.ranked and unmeasured(sample_profile)(leader.config)
+    calls.clear()
+    timer = FakeTimer(sec=lambda c: (3 if c == leader.config else 1) * next(
+        s.sec_per_iter for s in before.scored if s.config == c))
+    found = optimizer.search(sample_profile, space, loss_only, timer=timer)
+    retrained = [cap for cfg, cap in calls if cfg == leader.probe.config]
+    assert len(retrained) == 2 and retrained[1] == pytest.approx(retrained[0] / 3, rel=0.05)
+    again = next(s for s in found.scored if s.config == leader.config)
+    assert again.probe.iters == retrained[1] and again.sec_per_iter == pytest.approx(3 * leader.sec_per_iter)
+    assert found.scored[0].config != leader.config

@@ -113,3 +113,25 @@ def test_protocols_have_their_own_hardware_story():
     rare = m.sec_per_iter(Shape(both, batch, Gossip(every=4)))
     often = m.sec_per_iter(Shape(both, batch, Gossip(every=1)))
     assert rare < often
+
+
+def test_a_gpus_step_is_never_slower_than_at_a_larger_batch():
+    m = ComputeModel(np.array([1.0, 32, 64, 128, 256]), np.array([4.4e-3, 13.5e-3, 9.1e-3, 6.1e-3, 6.5e-3])).monotone()
+    assert list(m.seconds) == pytest.approx([4.4e-3, 6.1e-3, 6.1e-3, 6.1e-3, 6.5e-3])
+    assert all(np.diff(m.seconds) >= 0)
+
+
+def test_cpu_workers_crowding_a_gpus_core_are_stretched_and_the_gpu_is_not():
+    from omnitune.perfmodel import Cores
+    cores = Cores(16, {"cuda0": 1, "a": 8, "b": 8, "c": 7, "rest": 15}, dict.fromkeys(["cuda0", "a", "b", "c", "rest"], 0),
+                  frozenset({"cuda0"}))
+    assert cores.slowdown(["cuda0", "a", "b"]) == {"cuda0": 1.0, "a": 2.0, "b": 2.0}      # 17 threads on 16 cores
+    assert cores.slowdown(["cuda0", "rest"]) == {"cuda0": 1.0, "rest": 1.0}               # the GPU's core left free
+    assert cores.slowdown(["a", "b"]) == {"a": 1.0, "b": 1.0}                             # CPU workers as laid out
+    assert cores.slowdown(["cuda0", "a", "c"]) == {"cuda0": 1.0, "a": 1.0, "c": 1.0}
+
+
+def test_a_calibration_job_answers_only_for_its_own_devices():
+    one = Shape((("cuda0",),), {"cuda0": 64}, layout="one-per-core")
+    every = Shape((("cpu0", "cpu1", "cuda0"),), dict.fromkeys(["cpu0", "cpu1", "cuda0"], 64), layout="one-per-core")
+    assert one.key != every.key and one.key[:3] == every.key[:3]

@@ -72,3 +72,32 @@ def test_round_trips_cross_the_link_between_nodes_when_there_is_one():
     assert p2p_partner(two) == 2
     server_second = (Node(0, "10.0.0.1", (1,)), Node(1, "10.0.0.2", (0, 2)))
     assert p2p_partner(server_second) == 1
+
+
+def test_gpus_are_timed_alone_and_cpu_workers_side_by_side():
+    cluster = local_cluster(cpu_count=16, cuda_count=1)
+    assert profiler.concurrent_layout(cluster) == "one-per-core"
+    assert "cuda0" not in cluster.layouts["one-per-core"]
+
+
+def test_layouts_of_gpus_beside_cpu_workers_get_balanced_sync_jobs_from_the_measured_steps():
+    """The mixed layouts' jobs: sync with balanced batches, the GPU (timed alone before the launch)
+    given the larger share, cut like the measured layout's jobs."""
+    from omnitune.runtime.profile_worker import mixed_sized
+    cluster = local_cluster(cpu_count=4, cuda_count=1)
+    settings = Settings(calibrate_s=0.4, calibrate_batches=(16, 64, 256))
+    mixed = profiler.mixed_specs(cluster, "lenet-digits", None, settings)
+    assert {name for name, _ in mixed} == {"gpus+per-core", "gpus+one-worker"}
+    assert all(s.variant.key == "sync" and s.variant.balanced for _, s in mixed)
+
+    def steps(per_sample_s: float) -> list[StepTiming]:
+        return [StepTiming(b, 1e-4 + b * per_sample_s, 1 / per_sample_s) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    per_core = cluster.layout("one-per-core")
+    job = ProfileJob("lenet-digits", None, per_core, settings, "one-per-core", mixed_specs=mixed,
+                     alone_steps={"cuda0": steps(1e-6), "cpu-rest": steps(3e-5)})
+    jobs = mixed_sized(job, [steps(1e-4)] * len(per_core))
+    assert {(layout, nominal) for layout, _, nominal in jobs} == {(name, b) for name in ("gpus+per-core", "gpus+one-worker")
+                                                                 for b in (16, 256)}
+    for layout, spec, nominal in jobs:
+        assert sum(spec.batch_size.values()) == nominal * len(spec.devices)
+        assert spec.batch_size["cuda0"] == max(spec.batch_size.values())

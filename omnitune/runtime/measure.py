@@ -3,6 +3,8 @@
 A step is what the runtime's loop does once: draw a batch, forward, backward, optimizer step.
 It is timed at batch sizes 1, 2, 4, … (median of repeats after warm-up) until a step grows too
 slow or the batch no longer fits in memory, in one pass over the sizes or more (`measure_steps`).
+A GPU measured alone keeps doubling its batch past max_batch while its throughput rises
+(`grow_steps`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Settings:
         return s
 
 
+# A GPU measured alone doubles its batch past max_batch (grow_steps) while all of these hold:
+GROW_GAIN = 1.05        # the last size beat the best samples/s so far by more than 5%
+GROW_CAP = 1 << 16      # the doubled batch is at most this
+GROW_STEP_S = 0.25      # the last size's step took at most this (max_step_s holds up to max_batch)
+GROW_S = 4.0            # the growth has run less than this: a 16-core GPU machine's profile stays under 30 s
+
+
 def batch_sizes(max_batch: int) -> list[int]:
     """1, 2, 4, … up to max_batch (included even if not a power of two)."""
     sizes = [1 << k for k in range(max_batch.bit_length()) if 1 << k <= max_batch]
@@ -86,15 +95,24 @@ class StepTimer:
     """Times one training step on one device: draw a batch, forward, backward, SGD step."""
 
     def __init__(self, wl: workload_mod.Workload, train, device: torch.device, emulated: Device | None = None):
-        self.wl, self.train, self.device, self.emulated = wl, train, device, emulated
+        # The runtime's worker gathers a GPU's batches on the GPU (workload.on_device): so does its step here.
+        self.wl, self.train, self.device, self.emulated = wl, workload_mod.on_device(train, device), device, emulated
+        self.name = emulated.id if emulated is not None else str(device)
         torch.manual_seed(0)
-        self.model = wl.build_model().to(device)
+        try:
+            self.model = wl.build_model().to(device)
+        except torch.OutOfMemoryError:
+            raise UserError(f"profile: the model does not fit on {self.name}") from None
         self.opt = HeavyBall(self.model.parameters(), lr=1e-3, momentum=0.9)
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def time(self, batch: int, s: Settings, first: bool = True) -> list[float] | None:
         """Seconds of steps at `batch` for one pass (size_s / passes; at least 3 in the first pass,
-        after warm-up, and 1 in a later one), or None when it does not fit in memory."""
+        after warm-up, and 1 in a later one), or None when it does not fit in memory.
+
+        A step's batch, activations and loss are locals of `step`, gone when it returns, so no
+        size keeps a tensor of the one before it: only the gradients and the optimizer's state,
+        the model's size, stay between sizes."""
         stream = workload_mod.batches(self.train, batch, seed=0)
 
         def step():
@@ -108,17 +126,28 @@ class StepTimer:
         try:
             return timed(step, s.repeats, s.warmup if first else 0, self.sync, s.size_s / s.passes, 3 if first else 1)
         except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            return None
+            pass
+        # Freed after the handler: until it ends, the error's traceback holds the failed step's tensors.
+        self.free()
+        return None
+
+    def free(self) -> None:
+        """Drop the gradients, the optimizer's state and the allocator's cached blocks: a step
+        that ran out of memory leaves them half-built, and the next size starts as the first did."""
+        self.opt.zero_grad()
+        self.opt.state.clear()
+        torch.cuda.empty_cache()            # a no-op where CUDA was never initialised
 
 
 def measure_steps(timer: StepTimer, s: Settings, barrier: Callable[[], None] = lambda: None,
-                  on_batch: Callable[[int], None] = lambda b: None) -> list[StepTiming]:
+                  on_batch: Callable[[int], None] = lambda b: None,
+                  on_full: Callable[[int, int], None] = lambda b, last: None) -> list[StepTiming]:
     """Step timings at batch 1, 2, 4, …: the first pass finds the sizes (up to the first whose
     step exceeds max_step_s, or that does not fit in memory), later passes time them again, and a
     size's step is the median of its passes' medians. A slow spell of the host (here they last a
     second or more; one profile's step at batch 64 read 1.34 to 2.21 ms) then moves one pass of a
-    size, not every repeat of it. `barrier` keeps concurrent devices in step (`barriers` of them)."""
+    size, not every repeat of it. `barrier` keeps concurrent devices in step (`barriers` of them).
+    `on_full(batch, last)` hears of the first pass's first size that does not fit, after `last`."""
     passes: dict[int, list[list[float]]] = {}
     for k in range(s.passes):
         done = False
@@ -128,6 +157,8 @@ def measure_steps(timer: StepTimer, s: Settings, barrier: Callable[[], None] = l
                 continue
             measured = timer.time(b, s, first=not k)
             if measured is None:
+                if not k and passes:
+                    on_full(b, max(passes))
                 done = True
                 continue
             passes.setdefault(b, []).append(measured)
@@ -135,8 +166,52 @@ def measure_steps(timer: StepTimer, s: Settings, barrier: Callable[[], None] = l
                 on_batch(b)
                 done = statistics.median(measured) > s.max_step_s
     if not passes:
-        raise UserError("profile: not even batch size 1 fits on the device")
+        raise UserError(f"profile: not even batch size 1 fits on {timer.name}")
     return [timing(b, runs) for b, runs in passes.items()]
+
+
+def grow_steps(timer: StepTimer, s: Settings, steps: list[StepTiming],
+               on_full: Callable[[int, int], None] = lambda b, last: None,
+               clock: Callable[[], float] = time.perf_counter) -> list[StepTiming]:
+    """Step timings past max_batch, for a GPU measured alone: the batch doubles while the GROW_*
+    rules hold, and the size that ends the growth is kept, being real data. A GPU's throughput
+    can still rise at max_batch (a small ResNet's on an H200 did at 512), and the planner
+    chooses among the profile's sizes. Only a range that reached max_batch grows: one that ended
+    below it ended at memory or at max_step_s. A grown size is timed in one pass."""
+    if not steps or steps[-1].batch_size != s.max_batch:
+        return []
+    grown, last = [], steps[-1]
+    best = max(x.samples_per_s for x in steps)
+    started = clock()
+    while last.batch_size * 2 <= GROW_CAP and last.sec_per_step <= GROW_STEP_S and clock() - started < GROW_S:
+        batch = last.batch_size * 2
+        measured = timer.time(batch, s)
+        if measured is None:
+            on_full(batch, last.batch_size)
+            break
+        last = timing(batch, [measured])
+        grown.append(last)
+        if last.samples_per_s <= GROW_GAIN * best:
+            break
+        best = last.samples_per_s
+    return grown
+
+
+def alone_steps(timer: StepTimer, device: Device, s: Settings,
+                progress: Callable[[str], None] = lambda msg: None) -> list[StepTiming]:
+    """Step timings of a device measured alone: measure_steps, and for a GPU grow_steps past
+    max_batch, since with no CPU workers beside it its throughput can still rise there. A size
+    that does not fit ends the range with one line to `progress` (does_not_fit)."""
+    def full(batch: int, last: int) -> None:
+        progress(does_not_fit(device, batch, last))
+    steps = measure_steps(timer, s, on_full=full)
+    return steps + (grow_steps(timer, s, steps, full) if device.kind == "cuda" else [])
+
+
+def does_not_fit(device: Device, batch: int, last: int) -> str:
+    """The line that ends a device's range at its memory."""
+    memory = "GPU memory" if device.kind == "cuda" else "memory"
+    return f"{device.id}: batch {batch} does not fit in {memory}; its range ends at {last}"
 
 
 def timing(batch: int, runs: list[list[float]]) -> StepTiming:

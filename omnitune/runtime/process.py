@@ -96,7 +96,7 @@ def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict
     model = wl.build_model().to(device)
     start = checkpoint.load(state, model, job.resume_from or "the coordinator's checkpoint")
     torch.manual_seed(spec.seed + role.rank + start.iteration)
-    ctx = Context(job, role, device, wl, model, train, test, store, start)
+    ctx = Context(job, role, device, wl, model, workload_mod.on_device(train, device), test, store, start)
     dist.barrier()
     serve, train_loop = LOOPS[type(spec.variant)]
     if role.kind == "server":

@@ -9,8 +9,9 @@ a device rank (on another node, when there is one: the link a leader's exchange 
 one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
 each protocol and number of groups, at a few batch sizes; on devices of unequal speed also the
 server protocols' groups formed by speed (balanced or not), from phase 1's step times, which
-every rank gathers, so their staleness is measured too; last, the cluster's one-device layouts
-(one worker on every core), whose job rank 0 runs while the others wait.
+every rank gathers, so their staleness is measured too; then the cluster's one-device layouts
+(one worker on every core, a GPU alone), whose job rank 0 runs while the others wait; last, the
+layouts of GPUs beside CPU workers, as sync jobs with balanced batches on ranks 0, 1, ….
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import torch
@@ -26,7 +27,8 @@ import torch.distributed as dist
 
 from omnitune import protocols, workload as workload_mod
 from omnitune.cluster import Device
-from omnitune.balance import speed_calibrations
+from omnitune.balance import device_batches, speed_calibrations
+from omnitune.perfmodel import pooled
 from omnitune.profile import AllReduceTiming, Calibration, DeviceProfile, P2PTiming
 from omnitune.runspec import RunSpec
 from omnitune.runtime.checkpoint import Start, make_optimizer
@@ -55,6 +57,11 @@ class ProfileJob:
     # The cluster's other layouts of one device (one worker on every core), each with its sync job
     # at the calibration batches: timed last, in the server rank's process (profiler.alone_specs).
     alone_specs: tuple[tuple[str, RunSpec], ...] = ()
+    # The layouts of GPUs beside CPU workers, each with its sync job (balanced) at the calibration
+    # batches, run last by ranks 0, 1, … (profiler.mixed_specs); and the steps of the devices
+    # measured alone before this launch, which with the measured layout's balance those jobs.
+    mixed_specs: tuple[tuple[str, RunSpec], ...] = ()
+    alone_steps: dict = field(default_factory=dict)
 
 
 def message_sizes(model_bytes: int) -> list[int]:
@@ -224,15 +231,37 @@ def alone_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec]]:
     return out
 
 
-def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, bool]], wl, train, test, store) -> list[Calibration]:
-    """Run each calibration job (layout, spec, whether its groups were formed by speed) as a real
-    job for a moment; rank 0 reports seconds per update."""
+def mixed_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec, int]]:
+    """The mixed layouts' jobs (layout, spec, nominal batch), their batches balanced from every
+    device's measured steps (the measured layout's and those timed alone), the largest nominal
+    batch cut as `sized_specs` cuts the measured layout's."""
+    if not job.mixed_specs or any(s is None for s in steps):
+        return []
+    timings = {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
+    out = []
+    for layout in dict.fromkeys(name for name, _ in job.mixed_specs):
+        specs = sized_specs(job, steps, tuple(s for name, s in job.mixed_specs if name == layout))
+        for spec in specs:
+            ids = [d.id for d in spec.devices]
+            if not all(d in timings for d in ids):
+                continue
+            compute = pooled([DeviceProfile.measured(d, timings[d], concurrent=False) for d in ids])
+            nominal = min(spec.batch_size.values())
+            batch = device_batches(compute, spec.variant, spec.groups, nominal)
+            out.append((layout, replace(spec, batch_size=batch), nominal))
+    return out
+
+
+def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, train, test, store) -> list[Calibration]:
+    """Run each calibration job (layout, spec, and where its groups or batches were formed by
+    speed, its nominal batch; else None) as a real job for a moment; rank 0 reports seconds per
+    update."""
     out = []
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
-        for layout, spec, speed in jobs:
+        for layout, spec, nominal in jobs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
             summary = run_role(args, wl, train, test, store)
@@ -241,8 +270,8 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, bool]], wl, train,
             cal = Calibration(layout=layout, protocol=spec.variant.key, groups=len(spec.groups),
                               batch_size=spec.batch_size[spec.devices[0].id],
                               sec_per_iter=summary["measured_sec_per_iter"], staleness=tuple(summary["staleness"]))
-            if speed:
-                cal = replace(cal, batch_size=job.settings.calibrate_batches[0], members=spec.groups,
+            if nominal is not None:
+                cal = replace(cal, batch_size=nominal, members=spec.groups,
                               batches=tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups),
                               balanced=spec.variant.balanced)
             out.append(cal)
@@ -276,9 +305,10 @@ def main(job: ProfileJob) -> list[dict] | None:
         steps = [None] * dist.get_world_size()
         dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
         measured = steps[1:]
-        jobs = ([(job.layout, s, False) for s in sized_specs(job, measured)]
-                + [(job.layout, s, True) for s in speed_specs(job, measured)]
-                + [(layout, s, False) for layout, s in alone_sized(job, measured)])
+        jobs = ([(job.layout, s, None) for s in sized_specs(job, measured)]
+                + [(job.layout, s, job.settings.calibrate_batches[0]) for s in speed_specs(job, measured)]
+                + [(layout, s, None) for layout, s in alone_sized(job, measured)]
+                + mixed_sized(job, measured))
         calibration = calibrate(job, jobs, wl, train, test, store)
         if rank == 0:
             result["calibration"] = calibration

@@ -1,0 +1,116 @@
+"""docs/gpu.md from the benchmark JSON: what a machine with a GPU gets, as last measured.
+
+    python -m benchmarks.docs
+
+Reads benchmarks/results/gpu.json (or gpu-quick.json when there is no full run) and the
+overhead results; writes docs/gpu.md. The page's figures are only those files' figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.common import RESULTS
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+INTRO = """# omnitune on a machine with a GPU
+
+On a machine with CUDA GPUs, `omnitune profile` offers these layouts beside the CPU-only ones:
+the GPUs alone (`gpus`), and the GPUs beside CPU workers on the cores their processes leave free,
+one core per GPU (`gpus+per-core`: one single-thread worker per free core; `gpus+one-worker`:
+one worker, `cpu-rest`, on all of them). A GPU is timed without CPU workers running beside it,
+its batch doubled past `--max-batch` while its throughput rises by more than 5% (or until its
+memory runs out, which ends its range with a message, not an error). The mixed layouts are
+timed as they run, in sync jobs with balanced batches.
+
+`omnitune plan` scores every setup with the hardware model, in which a GPU's process takes a
+core, CPU threads that crowd it stretch the CPU workers' steps, and gloo pays the copy between a
+GPU and its host. A leader whose seconds per iteration no calibration job measured is timed by a
+short real job (about a second, plus its processes' start) before it may win; the plan records
+the measured figure and the model's (`hardware_model: "measured"`). A profile taken on a GPU
+machine can be planned on any machine: the probes train on that machine's CPU, the hardware
+figures come from the profile, and `plan` says so.
+
+Figures below come from `python -m benchmarks.gpu` (and `benchmarks.overhead --device cuda`),
+written by `python -m benchmarks.docs`.
+"""
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def ms(x) -> str:
+    return "–" if x is None else f"{1e3 * x:.2f}"
+
+
+def secs(x) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def gpu_section(d: dict) -> list[str]:
+    plan, summary, prof = d["plan"], d["summary"], d["profile"]
+    seeds = len(d["seeds"])
+    lines = [f"## {d['workload']} to {d['target_accuracy']} ({d.get('measured_at', 'date not recorded')}, "
+             f"{d['cuda_device']}, {d.get('cpu_count', '?')} cores, {seeds} seed{'s' * (seeds > 1)})", "",
+             f"Profile: {secs(prof['wall_s'])} s. Planning: {secs(plan['planning_s'])} s "
+             f"(budget {secs(summary.get('planning_budget_s'))} s). The plan: {plan['protocol']} on "
+             f"`{plan['layout']}`, batches {plan['batches']}, lr {plan['lr']}, momentum {plan['momentum']}; "
+             f"{ms(plan['predicted_sec_per_iter'])} ms an iteration predicted ({plan['hardware_model']}"
+             + (f"; the model said {ms(plan.get('model_sec_per_iter'))}" if plan.get("model_sec_per_iter") else "")
+             + ").", "",
+             f"| setup | layout | batches | ms/iter measured | iterations | time to target (s), median | min–max |",
+             "|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        lo, hi = r["spread_s"]
+        lines.append(f"| {r['config']} | `{r['layout']}` | {r['batches']} | {ms(r['measured_sec_per_iter'])} | "
+                     f"{r['iterations']:.0f} | {r['time_to_target_s']:.1f} | {lo:.1f}–{hi:.1f} |")
+    lines += ["", f"The plan took {summary['plan_over_best_alternative']:.2f}× the best alternative "
+              f"({summary['best_alternative']}); its predicted seconds per iteration were "
+              f"{summary.get('predicted_over_measured_sec_per_iter', float('nan')):.2f}× the measured. "
+              f"A run that misses its target counts as the time limit, {d['time_limit_s']:g} s.", ""]
+    if d.get("pytest_gpu"):
+        lines += [f"`pytest -m gpu`: {d['pytest_gpu']['last_line']}", ""]
+    return lines
+
+
+def cell(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def overhead_section(d: dict) -> list[str]:
+    rows = d.get("rows") or []
+    if not rows:
+        return []
+    keys = [k for k in rows[0] if not isinstance(rows[0][k], (list, dict))]
+    m = d.get("machine", {})
+    where = ", ".join(x for x in (m.get("cuda_device"), m.get("cpu_count") and f"{m['cpu_count']} cores",
+                                  m.get("torch") and f"torch {m['torch']}") if x) or d.get("device", "?")
+    lines = [f"## The runtime's step against a plain PyTorch loop ({d.get('date', '')[:10]}; {where})", "",
+             "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
+    return lines + (["", d["note"], ""] if d.get("note") else [""])
+
+
+def render() -> str:
+    lines = [INTRO]
+    gpu = load("gpu") or load("gpu-quick")
+    lines += gpu_section(gpu) if gpu else ["No run of `benchmarks.gpu` is recorded yet.", ""]
+    for name in ("overhead-cuda", "overhead"):
+        d = load(name)
+        if d:
+            lines += overhead_section(d)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    DOCS.mkdir(exist_ok=True)
+    path = DOCS / "gpu.md"
+    path.write_text(render())
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
