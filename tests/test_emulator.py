@@ -2,6 +2,7 @@
 A (w - mean of its centres), so the update sequence of every protocol is written here in numpy
 from its definition (the runtime's loops) and the same minibatches, and the emulator must follow it."""
 
+import itertools
 import math
 from pathlib import Path
 
@@ -146,8 +147,26 @@ def test_the_equal_speed_schedule_takes_turns():
     assert groups == [0, 1, 2, 2, 2, 2, 2, 2, 2]
     waiting = [next(s) for s in [equal_speed_schedule(4, 4)] for _ in range(8)]
     assert [tau for _, tau in waiting] == [0] * 8                 # n = 1: every learner waits for all
-    slow = [w for w, _ in (x for x, _ in zip(equal_speed_schedule(2, 1, [1.0, 3.0]), range(8)))]
-    assert slow.count(0) == 3 * slow.count(1) or slow.count(0) > slow.count(1)   # the fast one sends more
+
+
+def test_a_worker_three_times_slower_sends_a_third_as_many_gradients_three_updates_old():
+    """Worker 0 takes 1 s from reading the weights to delivering its gradient, worker 1 takes 3 s;
+    one gradient an update. Worker 0 delivers at 1, 2 and 3 s, each gradient fresh, its updates
+    taking the clock from 0 to 3; worker 1, which read at clock 0, delivers at 3 s after it (a
+    tie goes to the lower index): 3 updates old. It reads again at clock 4, so worker 0's
+    gradient of 4 s, read at clock 3, is 1 old; its gradients of 5 and 6 s are fresh; worker 1
+    delivers again at 6 s, at clock 7, 3 updates old.
+    Every 3 s: three gradients of worker 0's to one of worker 1's, staleness 0, 0, 1 and 3, whose
+    mean is g - 1 = 1.
+
+    Fails if a worker's next delivery ignores its seconds (`now + seconds[j]` made `now + 1.0`),
+    or if a worker reads the weights before the update its gradient joined (`read[j] = clock`
+    before `clock += 1`)."""
+    slow = list(itertools.islice(equal_speed_schedule(2, 1, [1.0, 3.0]), 12))
+    assert slow[:8] == [(0, 0), (0, 0), (0, 0), (1, 3), (0, 1), (0, 0), (0, 0), (1, 3)]
+    assert slow[8:] == slow[4:8]                                  # and so on, every 3 s
+    assert [w for w, _ in slow].count(0) == 3 * [w for w, _ in slow].count(1)
+    assert sum(tau for _, tau in slow[4:]) / len(slow[4:]) == 1.0
 
 
 def test_a_measured_histogram_is_sampled():

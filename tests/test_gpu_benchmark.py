@@ -96,15 +96,35 @@ def test_the_profile_and_plan_are_recorded_as_json(sample_profile):
     json.dumps({"profile": facts, "plan": chosen}, allow_nan=False)
 
 
+# Stubbed runs by device set, for seeds 0, 1, 2: (time to target s, reached it, seconds per iteration).
+RUNS = {
+    ("cpu0", "cpu1"): [(10.0, True, 0.020), (9.0, True, 0.032), (15.0, True, 0.025)],      # the plan: median 10
+    ("cuda0",): [(8.0, False, 0.004), (9.0, False, 0.005), (7.0, True, 0.006)],            # fastest, but misses twice
+    ("cpu-all",): [(25.0, True, 0.050), (24.0, True, 0.060), (26.0, True, 0.055)],
+    ("cuda0", "cpu0"): [(16.0, True, 0.010), (14.0, True, 0.012), (21.0, True, 0.011)],   # the best alternative
+}
+
+
 def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, monkeypatch, tmp_path):
-    """bench() end to end without a GPU, --quick: the profile, plan and runs replaced by the
-    sample's and by summaries, the GPU's missing its target (it counts as the time limit)."""
+    """bench() end to end without a GPU, --quick with three seeds: the profile and plan stubbed
+    (the plan on both cores), each device set's runs given their own times. Checks what bench
+    computes: a miss counts as the time limit (the GPU alone, fastest when it reaches the target,
+    has median 30 s, not 8), the best alternative is the smallest median (all-devices, 16 s), so
+    plan_over_best_alternative is 10 / 16; the runs go seed by seed across the configurations;
+    predicted_over_measured_sec_per_iter divides by the plan row's median measured figure.
+
+    Fails if plan_quality.measure counts a miss as its own time, if bench takes the largest median
+    or the first alternative as the best, if interleaved runs configuration by configuration, if
+    the ratio uses another row's (or the mean) seconds per iteration, if a configuration's time is
+    the mean of its runs rather than the median, or if bench ignores `seeds`."""
     from types import SimpleNamespace
 
     from omnitune import plan as plan_mod
+    from tests.conftest import make_spec
 
     prof = with_gpus(sample_profile)
-    plan = plan_mod.load(DATA / "plan-v1.json")
+    sample_plan = plan_mod.load(DATA / "plan-v1.json")
+    plan = dataclasses.replace(sample_plan, spec=make_spec("sync", [["cpu0", "cpu1"]]), layout="one-per-core")
     monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
     monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
     monkeypatch.setattr(gpu.optimizer, "search", lambda *a, **k: None)
@@ -114,18 +134,33 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
 
     def run_spec(spec, out_dir, max_time_s, start_from=None):
         ran.append((spec.device_ids, spec.seed, max_time_s))
-        return SimpleNamespace(time_to_target_s=10.0, reached_target=spec.device_ids != ("cuda0",), final_accuracy=0.9,
-                               mean_staleness=0.0, measured_sec_per_iter=0.1, iterations=100, protocol_stats={},
-                               started_at_s=0.0)
+        time_s, reached, sec_per_iter = RUNS[spec.device_ids][spec.seed]
+        return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9,
+                               mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
+                               protocol_stats={}, started_at_s=0.0)
     monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
-    out = gpu.bench(True, tmp_path)
-    assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 30.0
+    out = gpu.bench(True, tmp_path, seeds=(0, 1, 2))
+
+    order = [("cpu0", "cpu1"), ("cuda0",), ("cpu-all",), ("cuda0", "cpu0")]
+    assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 30.0 and out["seeds"] == [0, 1, 2]
     assert [r["config"] for r in out["rows"]] == ["plan", "gpu-alone", "cpus-alone", "all-devices"]
-    assert [devices for devices, _, _ in ran] == [plan.spec.device_ids, ("cuda0",), ("cpu-all",), ("cuda0", "cpu0")]
-    assert {(seed, limit) for _, seed, limit in ran} == {(0, 30.0)}
-    assert out["summary"]["gpu-alone_s"] == 30.0 and out["summary"]["plan_over_best_alternative"] == 1.0
+    assert [r["devices"] for r in out["rows"]] == [list(d) for d in order]
+    assert [(devices, seed) for devices, seed, _ in ran] == [(d, seed) for seed in (0, 1, 2) for d in order]
+    assert {limit for _, _, limit in ran} == {30.0}
+    rows = {r["config"]: r for r in out["rows"]}
+    assert rows["gpu-alone"]["time_to_target_s"] == 30.0 and rows["gpu-alone"]["spread_s"] == [7.0, 30.0]
+    assert rows["gpu-alone"]["reached_target"] == [False, False, True]
+    assert [r["time_to_target_s"] for r in out["rows"]] == [10.0, 30.0, 25.0, 16.0]
+    assert [r["measured_sec_per_iter"] for r in out["rows"]] == [0.025, 0.005, 0.055, 0.011]
+    summary = out["summary"]
+    assert summary["plan_s"] == 10.0 and summary["gpu-alone_s"] == 30.0 and summary["all-devices_s"] == 16.0
+    assert summary["best_alternative"] == "all-devices"
+    assert summary["plan_over_best_alternative"] == pytest.approx(10.0 / 16.0)
+    assert summary["predicted_over_measured_sec_per_iter"] == pytest.approx(plan.prediction.sec_per_iter / 0.025)
+    assert summary["predicted_over_measured"] == pytest.approx(plan.prediction.time_to_target_s / 10.0)
     assert out["profile"]["devices"]["cuda0"]["kind"] == "cuda"
     json.dumps(out, allow_nan=False)
     from benchmarks import docs
     page = docs.gpu_section({**out, "cuda_device": "a stub", "measured_at": "today"})
     assert sum(line.startswith("| plan |") or line.startswith("| gpu-alone |") for line in page) == 2
+    assert any("0.62× the best alternative (all-devices)" in line for line in page)

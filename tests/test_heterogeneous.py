@@ -221,26 +221,59 @@ def test_a_real_profile_measures_the_staleness_of_groups_formed_by_speed(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol, groups, batches", [
+@pytest.mark.parametrize("protocol, groups, batches, every", [
     # Unequal groups formed by speed (two fast devices, then the 3× slower one), batches balanced
     # across the asynchronous groups: every device's step takes about as long.
-    ("groups", [["cpu0", "cpu1"], ["cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
+    ("groups", [["cpu0", "cpu1"], ["cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}, 1),
     # Replicas on unequal batches: the merged change and the pairs' means weighted by samples.
-    ("hpsgd", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
-    ("gossip", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}),
+    ("hpsgd", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}, 1),
+    # Gossip averaging every 2 steps, so that its rounds show they follow `every`.
+    ("gossip", [["cpu0", "cpu1", "cpu2"]], {"cpu0": 20, "cpu1": 20, "cpu2": 8}, 2),
 ])
-def test_a_real_run_of_unequal_groups_and_balanced_batches(tmp_path, protocol, groups, batches):
-    """gloo processes on this machine, the slow device emulated 3× slower."""
-    from tests.conftest import make_spec
+def test_a_real_run_of_unequal_groups_and_balanced_batches(tmp_path, protocol, groups, batches, every):
+    """gloo processes on this machine, the slow device emulated 3× slower. Besides reaching the
+    target, the coordinator's record in the summary shows the protocol ran as configured.
+
+    hpsgd: the replicas' average change merged once a step, one step late (the all-reduce of a
+    step's change runs during the next step), from the second step to the one past the judged
+    model, where the stop it sent comes back: as many merges as iterations, each 1 step old.
+    Fails if the change is all-reduced only every other step (`work = dist.all_reduce(...)` in
+    train_hpsgd made `... if iterations % 2 else None`).
+
+    gossip, every 2 steps: a round every 2 steps up to the judged model and a few past it (the
+    stop's margin); in each round the coordinator averaged with its partner in the seeded
+    matching of that round, and sat it out when the matching left it out (3 workers: one each
+    round), so its exchanges, peers and the steps its state drifted alone between exchanges
+    (its staleness) follow from protocols.matching. Fails if train_gossip averages every step
+    whatever `every` is, or draws its matching from another seed (`spec.seed + 1`)."""
+    from collections import Counter
+
+    from omnitune.protocols import matching
     from omnitune.runtime import job
+    from tests.conftest import make_spec
 
     spec = make_spec(protocol, groups, momentum=0.4 if protocol == "groups" else 0.9, target=0.9,
-                     slowdown={"cpu2": 3.0})
+                     slowdown={"cpu2": 3.0}, gossip_every=every)
     s = job.run_spec(dataclasses.replace(spec, batch_size=batches), str(tmp_path / "run"), max_time_s=90)
     assert s.reached_target          # (gossip's final model, a few rounds on, may sit just under it)
     if protocol == "groups":
         assert s.processes == 4 and len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
         assert sum(s.updates_per_group) == s.iterations
+    if protocol == "hpsgd":
+        assert s.staleness == (0, s.iterations), s.staleness
+        overlapped = s.protocol_stats["overlapped_fraction"] * s.iterations      # of s.iterations merges
+        assert 0 <= round(overlapped) <= s.iterations and overlapped == pytest.approx(round(overlapped))
+    if protocol == "gossip":
+        stats, n = s.protocol_stats, len(spec.devices)
+        rounds = int(stats["rounds"])
+        assert s.iterations / every <= rounds <= 1.5 * s.iterations / every, (rounds, s.iterations)
+        partners = [matching(r, n, spec.seed)[0] for r in range(rounds)]
+        paired = [r for r, p in enumerate(partners) if p >= 0]
+        assert stats["exchanges"] == len(paired) < rounds, stats
+        assert stats["peers"] == len({partners[r] for r in paired}) == n - 1
+        ends = [(r + 1) * every for r in paired]                     # the step each exchange followed
+        drift = Counter(b - a for a, b in zip([0] + ends, ends))
+        assert s.staleness == tuple(drift.get(t, 0) for t in range(max(drift) + 1)), s.staleness
 
 
 @pytest.mark.slow

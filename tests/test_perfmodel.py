@@ -14,13 +14,26 @@ def test_linear_fit_recovers_ground_truth():
     assert fit.slope == pytest.approx(truth.slope, rel=0.1)
 
 
-def test_calibration_bends_through_three_batches():
-    # teacher-mlp on both cores: real jobs against the analytic model at batches 16, 128, 256.
-    fit = Piecewise.fit([(2.1e-3, 5.7e-3), (6.6e-3, 11.5e-3), (4.1e-3, 7.2e-3)])
-    assert [fit(x) for x in (2.1e-3, 4.1e-3, 6.6e-3)] == pytest.approx([5.7e-3, 7.2e-3, 11.5e-3], rel=1e-6)
-    assert fit(3.1e-3) == pytest.approx((5.7e-3 + 7.2e-3) / 2, rel=1e-6)      # between neighbours
-    assert fit(9.1e-3) > Linear.fit([2.1e-3, 4.1e-3], [5.7e-3, 7.2e-3])(9.1e-3)   # beyond: the last piece's slope
-    assert Piecewise.fit([(2e-3, 5e-3), (2e-3, 7e-3)])(4e-3) == pytest.approx(12e-3)    # one x: a ratio
+def test_calibration_recovers_a_bent_law_between_and_beyond_its_batches():
+    """Ground truth that bends where real jobs bend (steeper at large batches, as teacher-mlp's
+    5.7, 7.2 and 11.5 ms against 2.1, 4.1 and 6.6 analytic): y = 4e-3 + 0.5 x up to x = 4e-3,
+    then y = 1.2e-3 + 1.2 x. Measured at x = 2, 4 and 7 ms (three repeats each, the median exact),
+    the fit gives the truth at x it never saw: between neighbours on the piece that holds them,
+    below the first and beyond the last on the nearest piece extended.
+
+    Fails if Piecewise.__call__ picks the piece without the `- 1` after searchsorted (the piece
+    to the right of x), or clamps beyond the ends to the measured y; if Piecewise.fit takes the
+    mean of repeats instead of their median; or if one x fixes a difference rather than a ratio."""
+    first, second = Linear(4e-3, 0.5), Linear(1.2e-3, 1.2)
+
+    def truth(x: float) -> float:
+        return float(first(x) if x <= 4e-3 else second(x))
+    noise = (1.0, 1.3, 0.98)                  # an outlier among each x's repeats: the median ignores it
+    fit = Piecewise.fit([(x, truth(x) * e) for x in (2e-3, 4e-3, 7e-3) for e in noise])
+    for x in (1e-3, 3e-3, 5e-3, 6e-3, 9e-3, 14e-3):       # below, between, between, between, beyond, beyond
+        assert fit(x) == pytest.approx(truth(x), rel=1e-6), x
+    one = Piecewise.fit([(2e-3, 5e-3), (2e-3, 7e-3), (2e-3, 6e-3)])     # one x: the median ratio, 3
+    assert [one(x) for x in (1e-3, 4e-3)] == pytest.approx([3e-3, 12e-3])
 
 
 def test_compute_model_passes_through_measurements_and_grows():
@@ -81,23 +94,79 @@ def test_single_device_profile_has_no_network(sample_profile):
     assert NetworkModel.from_profile(None).allreduce_s(1, 1e6) == 0
 
 
-def test_calibration_pulls_predictions_to_real_jobs():
+# Synthetic ground truth per protocol: sec_per_iter_real = a + c * sec_per_iter_analytic.
+TRUTH = {"sync": Linear(4.0e-3, 1.2), "groups": Linear(1.5e-3, 1.1)}
+
+
+def synthetic_calibration(batches=(8, 32, 128), bend: float = 1.0):
+    """profile-v1-calibrated with its sync and groups jobs (one-per-core) replaced by jobs at
+    `batches` that take exactly TRUTH's law of the analytic model (times `bend` above batch 32);
+    and the analytic model."""
+    from dataclasses import replace
+
     from omnitune import profile as profile_mod
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v1-calibrated.json")
-    m = PerfModel.from_profile(prof)
-    uncalibrated = PerfModel(m.compute, m.network, m.model_bytes)
-    for cal in prof.calibration:
-        shape = calibration_shape(prof, cal)
-        calibrated, analytic = m.sec_per_iter(shape), uncalibrated.sec_per_iter(shape)
-        # Two points per fit: the fit passes through the measurements.
-        assert calibrated == pytest.approx(cal.sec_per_iter, rel=0.05)
-        assert abs(calibrated - cal.sec_per_iter) <= abs(analytic - cal.sec_per_iter) + 1e-9
-    # A layout without calibration keeps the analytic value.
+    analytic = PerfModel.from_profile(replace(prof, calibration=()))
+    templates = {cal.protocol: cal for cal in prof.calibration}
+    assert set(templates) == set(TRUTH)
+    jobs = []
+    for key, law in TRUTH.items():
+        for b in batches:
+            job = replace(templates[key], batch_size=b)
+            real = float(law(analytic.sec_per_iter(calibration_shape(prof, job)))) * (bend if b > 32 else 1.0)
+            jobs.append(replace(job, sec_per_iter=real))
+    return replace(prof, calibration=tuple(jobs)), analytic
+
+
+def test_calibration_recovers_a_known_law_at_batches_it_did_not_run():
+    """Jobs at batches 8, 32 and 128 that follow a + c * analytic, with its own (a, c) per
+    protocol: the calibrated model gives a + c * analytic at batches between (12, 20, 64, 100)
+    and beyond (1, 2, 4, 256, 512) them, for each protocol, and a layout without jobs keeps the
+    analytic figure.
+
+    Fails if fit_calibration takes its x from cal.batch_size rather than the analytic seconds,
+    if sec_per_iter returns the analytic figure where a fit exists, or if Piecewise clamps x to
+    its calibrated range."""
+    prof, analytic = synthetic_calibration()
+    model = PerfModel.from_profile(prof)
+    ids = prof.cluster.layouts["one-per-core"]
+    for key, law in TRUTH.items():
+        variant = Sync() if key == "sync" else Groups(g=2)
+        for b in (1, 2, 4, 12, 20, 64, 100, 256, 512):
+            shape = Shape(variant.group(ids), dict.fromkeys(ids, b), variant, "one-per-core")
+            want = float(law(analytic.sec_per_iter(shape)))
+            assert model.sec_per_iter(shape) == pytest.approx(want, rel=1e-6), (key, b)
+            assert model.sec_per_iter(shape) > analytic.sec_per_iter(shape)      # the law adds a > 0 and has c > 1
     d = prof.devices[0].device_id
-    shape = Shape(((d,),), {d: 8}, layout="elsewhere")
-    assert m.sec_per_iter(shape) == uncalibrated.sec_per_iter(shape)
+    elsewhere = Shape(((d,),), {d: 8}, layout="elsewhere")
+    assert model.sec_per_iter(elsewhere) == analytic.sec_per_iter(elsewhere)
+
+
+def test_calibrated_predictions_grow_with_the_batch_where_the_analytic_model_does():
+    """Synthetic jobs whose batch-128 job runs 20% above TRUTH's law (real jobs bend up so): on
+    each calibrated protocol, over batches 1-512, where the analytic model's seconds per iteration
+    do not fall with the batch, neither do the calibrated ones (each piece has c >= 0, and the
+    pieces meet at the calibrated points).
+
+    Fails if Piecewise.__call__ drops the `- 1` after searchsorted: just above the first
+    calibrated point it takes the steeper next piece, which lies below the first there, and the
+    prediction drops."""
+    prof, _ = synthetic_calibration(bend=1.2)
+    model = PerfModel.from_profile(prof)
+    bare = PerfModel(model.compute, model.network, model.model_bytes, cores=model.cores)
+    batches = np.unique(np.geomspace(1, 512, 60).astype(int))
+    calibrated_shapes = {s.key: s for s in (calibration_shape(prof, cal) for cal in prof.calibration)}
+    assert len(calibrated_shapes) == len(TRUTH)
+    for s in calibrated_shapes.values():
+        ids = [d for g in s.groups for d in g]
+        shapes = [Shape(s.groups, dict.fromkeys(ids, int(b)), s.variant, s.layout) for b in batches]
+        analytic = np.array([bare.sec_per_iter(x) for x in shapes])
+        calibrated = np.array([model.sec_per_iter(x) for x in shapes])
+        rising = np.diff(analytic) >= 0
+        assert rising.mean() > 0.9                                # the premise: the analytic model rises
+        assert (calibrated > 0).all() and (np.diff(calibrated)[rising] >= 0).all()
 
 
 def test_protocols_have_their_own_hardware_story():

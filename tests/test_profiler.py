@@ -12,9 +12,42 @@ def test_message_sizes_span_latency_and_bandwidth():
     assert all(s % 4 == 0 for s in sizes)
 
 
-def test_host_facts():
+def test_host_facts_are_this_hosts():
+    """Each fact from its source: the hostname, core count, Python and torch versions, and one
+    CUDA device name per visible device (none without CUDA). Fails if host_facts reports
+    os.cpu_count() // 2 (physical cores), a fixed hostname such as "localhost", sys.version
+    whole, or torch.version.cuda for torch."""
+    import os
+    import platform
+    import socket
+
+    import torch
+
     facts = profiler.host_facts()
-    assert facts.cpu_count >= 1 and facts.torch
+    assert facts.hostname == socket.gethostname()
+    assert facts.cpu_count == os.cpu_count()
+    assert facts.platform == platform.platform()
+    assert facts.python == platform.python_version()
+    assert facts.torch == torch.__version__
+    if torch.cuda.is_available():
+        assert facts.cuda_devices == tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    else:
+        assert facts.cuda_devices == ()
+
+
+def test_host_facts_name_each_visible_cuda_device(monkeypatch):
+    """With CUDA reported (stubbed), one name per device index, in index order; with CUDA not
+    available, none even where a device count is reported. Fails if host_facts drops the
+    is_available() guard or names device 0 for every index."""
+    import torch
+
+    names = {0: "GPU zero", 1: "GPU one"}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: names[i])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert profiler.host_facts().cuda_devices == ("GPU zero", "GPU one")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert profiler.host_facts().cuda_devices == ()
 
 
 def test_calibration_runs_every_variant_the_planner_may_choose():

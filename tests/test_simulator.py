@@ -118,22 +118,65 @@ def test_bad_links_and_devices_are_rejected():
         Scenario(Groups(g=2), (devices(2),), LAN, M)
 
 
-def test_a_profile_gives_the_links_spreads_and_overhead():
+def test_a_profile_gives_the_links_and_spreads():
     """From a real profile (two one-thread workers, schema 3): the message link from its round
-    trips, the ring step from its all-reduce, each step's log-spread, and o per protocol such
-    that the sync calibration jobs' gaps to the simulation have median 0 (a consistency check
-    of the plumbing: o is fitted to those very jobs)."""
-    import statistics
-
+    trips, the ring step from its all-reduce, each step's log-spread."""
     from omnitune import profile as profile_mod, simulator
-    from omnitune.perfmodel import calibration_shape
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v3.json")
     message, ring = simulator.profile_links(prof)
     assert message.latency_s > 0 and ring.latency_s > 0
     assert any(s.spread > 0 for d in prof.devices for s in d.steps)
-    assert simulator.runtime_overhead(prof, Sync()) >= 0
-    gaps = [simulator.simulate(simulator.from_profile(prof, shape), 50).sec_per_iter - cal.sec_per_iter
-            for cal in prof.calibration if isinstance((shape := calibration_shape(prof, cal)).variant, Sync)]
-    assert statistics.median(gaps) == pytest.approx(0, abs=1e-3)
+
+
+# Protocols whose o carries across batch sizes on profile-v3 (see the test below for gossip).
+CARRIES = ("sync", "groups", "softsync/n=1", "softsync/n=2", "hpsgd")
+
+
+@pytest.mark.parametrize("key", CARRIES)
+def test_the_overhead_fitted_at_one_batch_predicts_the_jobs_at_another(key):
+    """Out of sample: o fitted to profile-v3's calibration job of this protocol at batch 16
+    alone, the simulation of its job at batch 128 (a step four times as long) takes the measured
+    seconds per iteration within 8% (today 1.6-5.8%). With o = 0 the simulation is 18-39% fast
+    there, with o doubled 14-50% slow. The fitted o also reproduces the job it came from.
+
+    Gossip is left out: on this profile the o fitted at batch 16 leaves the batch-128 job 12%
+    fast (every=1) and 16% slow (every=4), no nearer than o = 0 or doubled, so it cannot tell a
+    right overhead from a wrong one.
+
+    Fails (every protocol) if runtime_overhead returns 0.0 or twice its fit; fails for groups and
+    softsync/n=2 if it takes the slope of seconds per iteration in o as 1, ignoring that groups
+    taking turns pay about o/g per update; fails for hpsgd if _hpsgd drops sc.overhead_s."""
+    import dataclasses
+
+    from omnitune import profile as profile_mod, simulator
+    from omnitune.perfmodel import calibration_shape
+    from tests.conftest import DATA
+
+    prof = profile_mod.load(DATA / "profile-v3.json")
+    jobs = {cal.batch_size: cal for cal in prof.calibration if calibration_shape(prof, cal).variant.key == key}
+    assert set(jobs) == {16, 128}
+    fitted = dataclasses.replace(prof, calibration=(jobs[16],))      # o sees only the batch-16 job
+
+    def simulated(batch: int) -> float:
+        return simulator.simulate(simulator.from_profile(fitted, calibration_shape(prof, jobs[batch])), 50).sec_per_iter
+
+    assert simulated(16) == pytest.approx(jobs[16].sec_per_iter, rel=0.02)
+    assert simulated(128) == pytest.approx(jobs[128].sec_per_iter, rel=0.08)
+
+
+@pytest.mark.parametrize("variant", [Sync(), Groups(g=2), SoftSync(learners=2, n=1), HPSGD(), Gossip(every=1)])
+def test_more_runtime_overhead_never_speeds_an_iteration_up(variant):
+    """Seconds per iteration rise with o in every protocol's simulation. Fails if a protocol's
+    simulation drops the overhead (e.g. _hpsgd steps without sc.overhead_s)."""
+    from omnitune import profile as profile_mod, simulator
+    from omnitune.perfmodel import Shape
+    from tests.conftest import DATA
+
+    prof = profile_mod.load(DATA / "profile-v3.json")
+    ids = ("cpu0", "cpu1")
+    shape = Shape(variant.group(ids), dict.fromkeys(ids, 32), variant, "cluster")
+    times = [simulator.simulate(simulator.from_profile(prof, shape, overhead_s=o), 50).sec_per_iter
+             for o in (0.0, 1e-3, 2e-3, 4e-3)]
+    assert all(a < b for a, b in zip(times, times[1:]))
