@@ -26,9 +26,10 @@ timed as they run, in sync jobs with balanced batches.
 
 `omnitune plan` scores every setup with the hardware model, in which a GPU's process takes a
 core, CPU threads that crowd it stretch the CPU workers' steps, and gloo pays the copy between a
-GPU and its host. A leader whose seconds per iteration no calibration job measured is timed by a
-short real job (about a second, plus its processes' start) before it may win; the plan records
-the measured figure and the model's (`hardware_model: "measured"`). A profile taken on a GPU
+GPU and its host. Before any probe, the setups the model puts above every measured one, while no
+calibration job ran their shape, are timed by a short real job (about a second, plus its
+processes' start), and a leader still unmeasured after the search is timed before it may win;
+the plan records the measured figure and the model's (`hardware_model: "measured"`). A profile taken on a GPU
 machine can be planned on any machine: the probes train on that machine's CPU, the hardware
 figures come from the profile, and `plan` says so.
 

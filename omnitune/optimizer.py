@@ -123,6 +123,10 @@ class Setup:
     staleness: tuple[int, ...] = ()                # measured by the profile's calibration job
     probe_sec_per_iter: float = 0.0                # a probe's iteration: every replica's compute, in one process
     idle: tuple[tuple[str, str], ...] = ()         # devices of the layout left out, and why
+    model_sec_per_iter: float | None = None        # set when a real job timed sec_per_iter: the model's figure
+
+    def scored(self, lr: float, momentum: float, probe: ProbeResult | None = None, note: str = "") -> "Scored":
+        return Scored(self.config(lr, momentum), self.sec_per_iter, probe, note, self.model_sec_per_iter)
 
     @property
     def samples_per_s(self) -> float:
@@ -372,6 +376,29 @@ def _batch_sizes(profile: Profile, devices: tuple[str, ...], space: Space) -> li
     return [b for b in sizes if b <= largest]
 
 
+def time_fastest(setups: list[Setup], timer: Timer, unmeasured: Callable[[Config], bool],
+                 log: Callable[[str], None] = lambda m: None) -> list[Setup]:
+    """Before any probe, the setups that the hardware model says run more samples per second than
+    every measured one, while no real job timed their shape, are timed (the fastest first, at
+    most MAX_TIMED), so that the search caps its probes and ranks on measured speeds: a setup
+    timed only after the search has had every rival's probe cut short against its imagined
+    speed. A setup whose job fails is left out."""
+    def key(s: Setup) -> Config:
+        return s.config(LR_DECADES[1], MU_STAR)
+    measured = [s.samples_per_s for s in setups if not unmeasured(key(s))]
+    fastest = max(measured, default=0.0)
+    rivals = sorted((s for s in setups if unmeasured(key(s)) and s.samples_per_s > fastest),
+                    key=lambda s: -s.samples_per_s)[:MAX_TIMED]
+    timed = {}
+    for s in rivals:
+        timed[s] = timer(key(s))
+        log(f"timed {s.layout} {s.variant.label} batch {s.batch}: " +
+            (f"{timed[s] * 1e3:.2f} ms an iteration (the model said {s.sec_per_iter * 1e3:.2f})"
+             if timed[s] else "the job failed: left out"))
+    return [replace(s, sec_per_iter=timed[s], model_sec_per_iter=s.sec_per_iter) if timed.get(s) else s
+            for s in setups if s not in timed or timed[s]]
+
+
 @dataclass(frozen=True)
 class Search:
     scored: list[Scored]         # every configuration considered, best first
@@ -399,11 +426,18 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     if not setups:
         raise ValueError(f"no configuration fits the pinned options (protocols {space.protocols}, groups "
                          f"{space.groups}, batch sizes {space.batch_sizes}) and the profile's devices")
+    if timer is not None:
+        perf = PerfModel.from_profile(profile)
+        unmeasured = lambda c: not measured_shape(perf, c)     # noqa: E731
+        setups = time_fastest(setups, timer, unmeasured, log)
+        if not setups:
+            raise UserError("every configuration's timing job failed (a real job of each, before the search); "
+                            "`omnitune run` would fail the same way: check that the devices work, or plan with "
+                            "--no-time-finalists to trust the hardware model")
     loop = OmnivoreLoop(setups, space, prober, study or study_mod.new_study(), max_probe_iters, budget_s, log, start)
     scored = loop.run()
     if timer is not None:
-        perf = PerfModel.from_profile(profile)
-        scored = loop.measure_leaders(scored, timer, lambda c: not measured_shape(perf, c))
+        scored = loop.measure_leaders(scored, timer, unmeasured)
     if loop.ranking:
         scored = loop.final(scored)
     b = loop.budget or budget_mod.plan_budget(None, loop.elapsed(), budget_s)
@@ -597,7 +631,7 @@ class OmnivoreLoop:
             return None
         keys = self.horizon_keys(done)
         s, lr, mu = done[keys.index(min(keys))]
-        return Scored(s.config(lr, mu), s.sec_per_iter, self.results[s.probe(lr, mu)])
+        return s.scored(lr, mu, self.results[s.probe(lr, mu)])
 
     def skip(self, setups: list[Setup], prev: Scored, note: str) -> None:
         for s in setups:
@@ -777,16 +811,21 @@ class OmnivoreLoop:
         time, its time to target follows the measured speed; ranked by loss at equal training
         time, a leader measured slower than its model said beyond TIMED_TOLERANCE trains again for
         that time at its measured speed (fewer iterations), as every other probe did at its own."""
-        timed: set[Config] = set()
-        while scored and len(timed) < MAX_TIMED:
+        timed: dict[tuple, float | None] = {}         # per setup: a rate or momentum changes no speed
+        while scored:
             best = scored[0]
-            if best.probe is None or best.config in timed or not unmeasured(best.config):
+            c = best.config
+            setup = (c.layout, c.variant, c.groups, c.batch)
+            if best.probe is None or best.model_sec_per_iter is not None or not unmeasured(c):
                 break
-            timed.add(best.config)
-            sec = timer(best.config)
-            self.log(f"timed {best.config.layout} {best.config.variant.label} batch {best.config.batch}: "
-                     + (f"{sec * 1e3:.2f} ms an iteration (the model said {best.sec_per_iter * 1e3:.2f})"
-                        if sec else "the job failed"))
+            if setup not in timed:
+                if len(timed) == MAX_TIMED:
+                    break
+                timed[setup] = timer(c)
+                self.log(f"timed {c.layout} {c.variant.label} batch {c.batch}: " +
+                         (f"{timed[setup] * 1e3:.2f} ms an iteration (the model said {best.sec_per_iter * 1e3:.2f})"
+                          if timed[setup] else "the job failed"))
+            sec = timed[setup]
             if sec is None:         # unmeasurable: it ranks after every configuration that could be
                 scored = scored[1:] + [replace(best, probe=None, note="not chosen: its timing job failed")]
                 continue
@@ -814,12 +853,11 @@ class OmnivoreLoop:
 
     def scored(self) -> list[Scored]:
         """Every configuration considered, probed or not, and every setup never reached."""
-        out = self.ordered([Scored(s.config(lr, mu), s.sec_per_iter,
-                                   self.results.get(s.probe(lr, mu)) if not note else None, note)
+        out = self.ordered([s.scored(lr, mu, self.results.get(s.probe(lr, mu)) if not note else None, note)
                             for (s, lr, mu), note in self.tried.items()])
         reached = {s for s, _, _ in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
-        out += [Scored(s.config(lr, s.variant.rule_momentum(MU_STAR)), s.sec_per_iter, None, "not probed")
+        out += [s.scored(lr, s.variant.rule_momentum(MU_STAR), None, "not probed")
                 for s in self.setups if s not in reached]
         return out
 

@@ -579,7 +579,7 @@ def test_a_probe_on_one_device_alone_costs_what_its_calibration_job_timed():
 
 
 class FakeTimer:
-    """A real job's seconds per iteration: `sec` for every configuration it is asked to time."""
+    """A real job's seconds per iteration: `sec(config)` for every configuration it is asked to time."""
 
     def __init__(self, sec=None):
         self.sec, self.calls = sec, []
@@ -594,36 +594,65 @@ def unmeasured(profile):
     return lambda c: not optimizer.measured_shape(perf, c)
 
 
-def test_a_leader_with_an_unmeasured_speed_is_timed_and_loses_when_it_runs_slower(sample_profile):
+def setup_of(c):
+    return c.layout, c.variant, c.groups, c.batch
+
+
+def model_speeds(profile, space):
+    return {setup_of(s.config(0.1, 0.9)): s.sec_per_iter for s in optimizer.enumerate_setups(profile, space)}
+
+
+SYNC_TWO = optimizer.Space(protocols=("sync",), layouts=("one-per-core",), batch_sizes=(16, 32, 64, 128))
+
+
+def test_setups_the_model_puts_above_every_measured_one_are_timed_before_the_search(sample_profile):
     """The sample profile has no calibration jobs: its two-device setups' speeds come from the model
-    alone. The leader is timed before it can win; measured ten times slower, it falls behind, and
-    whatever leads in the end was measured (timed, or its shape calibrated)."""
-    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
-    scored = optimizer.search(sample_profile, space, FakeProber()).scored
-    before, model = scored[0], {s.config: s.sec_per_iter for s in scored}
+    alone. The fastest of them by the model are timed, each once, the fastest first, at most
+    MAX_TIMED, before any probe; the leader's setup measured ten times slower, it loses to a
+    setup whose speed was measured.
+
+    Fails if time_fastest is skipped (the model's figure wins), or times a setup the model puts
+    below a measured one."""
+    model = model_speeds(sample_profile, SYNC_TWO)
+    before = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
+    slow = setup_of(before.config)
     assert unmeasured(sample_profile)(before.config)
-    timer = FakeTimer(sec=lambda c: (10 if c == before.config else 1) * model[c])
-    found = optimizer.search(sample_profile, space, FakeProber(), timer=timer)
-    assert timer.calls[0] == before.config and len(timer.calls) == 2
-    timed = next(s for s in found.scored if s.config == before.config)
-    assert timed.sec_per_iter == 10 * before.sec_per_iter and timed.model_sec_per_iter == before.sec_per_iter
-    assert timed.time_to_target_s == pytest.approx(10 * before.time_to_target_s)
+    timer = FakeTimer(sec=lambda c: (10 if setup_of(c) == slow else 1) * model[setup_of(c)])
+    found = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=timer)
+    timed = [setup_of(c) for c in timer.calls]
+    assert len(set(timed)) == len(timed) <= optimizer.MAX_TIMED and slow in timed
+    setups = {setup_of(s.config(0.1, 0.9)): s for s in optimizer.enumerate_setups(sample_profile, SYNC_TWO)}
+    measured_best = max((s.samples_per_s for s in setups.values() if not unmeasured(sample_profile)(s.config(0.1, 0.9))),
+                        default=0.0)
+    assert all(setups[k].samples_per_s > measured_best for k in timed)
+    assert [setups[k].samples_per_s for k in timed] == sorted((setups[k].samples_per_s for k in timed), reverse=True)
     best = found.scored[0]
-    assert best.config != before.config
+    assert setup_of(best.config) != slow
     assert best.model_sec_per_iter is not None or not unmeasured(sample_profile)(best.config)
+    slowed = [s for s in found.scored if setup_of(s.config) == slow]
+    assert slowed and all(s.sec_per_iter == pytest.approx(10 * model[slow]) for s in slowed)
 
 
-def test_a_timed_leader_that_runs_as_predicted_wins_and_the_plan_keeps_both_figures(sample_profile):
-    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
-    model = {s.config: s.sec_per_iter for s in
-             optimizer.search(sample_profile, space, FakeProber()).scored}
-    timer = FakeTimer(sec=lambda c: 1.05 * model[c])
-    found = optimizer.search(sample_profile, space, FakeProber(), timer=timer)
-    assert len(timer.calls) == 1
+def test_a_timed_setup_that_runs_as_predicted_wins_and_the_plan_keeps_both_figures(sample_profile):
+    model = model_speeds(sample_profile, SYNC_TWO)
+    before = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
+    found = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0,
+                             timer=FakeTimer(sec=lambda c: 1.05 * model[setup_of(c)]))
+    assert setup_of(found.scored[0].config) == setup_of(before.config)
     plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.hardware_model == "measured"
     assert plan.prediction.sec_per_iter == pytest.approx(1.05 * plan.prediction.model_sec_per_iter)
     assert plan.candidates[0].model_sec_per_iter == plan.prediction.model_sec_per_iter
+
+
+def test_a_setup_whose_timing_job_fails_is_left_out(sample_profile):
+    space = optimizer.Space(protocols=("sync",), batch_sizes=(16, 64))
+    timer = FakeTimer(sec=None)
+    found = optimizer.search(sample_profile, space, FakeProber(), budget_s=60.0, timer=timer)
+    failed = {setup_of(c) for c in timer.calls}
+    assert failed and not failed & {setup_of(s.config) for s in found.scored}
+    with pytest.raises(UserError, match="every configuration's timing job failed"):
+        optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=FakeTimer(sec=None))
 
 
 def test_a_leader_whose_speed_was_calibrated_is_not_timed(sample_profile):
@@ -636,16 +665,8 @@ def test_a_leader_whose_speed_was_calibrated_is_not_timed(sample_profile):
     assert timer.calls == []
 
 
-def test_a_leader_whose_timing_job_fails_is_not_chosen(sample_profile):
-    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
-    before = optimizer.search(sample_profile, space, FakeProber()).scored[0]
-    found = optimizer.search(sample_profile, space, FakeProber(), timer=FakeTimer(sec=None))
-    assert found.scored[0].config != before.config
-    failed = next(s for s in found.scored if s.config == before.config)
-    assert failed.probe is None and "timing job failed" in failed.note
-
-
-def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_at_its_speed(sample_profile):
+def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_at_its_speed(sample_profile,
+                                                                                            monkeypatch):
     """At equal training time a setup the model thought 3x faster than it runs trained 3x the
     iterations it deserved: timed, it trains again for that time at its measured speed, and
     with fewer iterations its loss no longer leads."""
@@ -661,8 +682,9 @@ def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_
     leader = before.scored[0]
     assert before.ranked and unmeasured(sample_profile)(leader.config)
     calls.clear()
-    timer = FakeTimer(sec=lambda c: (3 if c == leader.config else 1) * next(
-        s.sec_per_iter for s in before.scored if s.config == c))
+    model = model_speeds(sample_profile, space)
+    timer = FakeTimer(sec=lambda c: (3 if setup_of(c) == setup_of(leader.config) else 1) * model[setup_of(c)])
+    monkeypatch.setattr(optimizer, "time_fastest", lambda setups, *a, **k: setups)   # a leader it did not reach
     found = optimizer.search(sample_profile, space, loss_only, timer=timer)
     retrained = [cap for cfg, cap in calls if cfg == leader.probe.config]
     assert len(retrained) == 2 and retrained[1] == pytest.approx(retrained[0] / 3, rel=0.05)
