@@ -27,7 +27,10 @@ Settings at least as large as one that diverged are skipped, and so is a sync se
 a faster one makes too (`faster_twin`: as many samples per update). Each probe is capped at the
 iterations that could still beat the best time so far, and runs as an optuna trial (ask/tell)
 whose pruner stops it when it lags the others at the same predicted training time (study.py).
-Probing is injected (`Prober`), so this module starts no process and imports no torch.
+Probing is injected (`Prober`), so this module starts no process and imports no torch; so is
+timing (`Timer`): given one, the setups the hardware model puts above every measured one, while
+no calibration job ran their shape, are timed by a real job before any probe (`time_fastest`),
+and a leader still unmeasured after the search before it may win (`measure_leaders`).
 
 The setups include subsets of each layout's devices that the hardware model says are worth a
 probe (`subsets`: on devices of unequal speed the slowest is left out while some protocol runs
