@@ -194,9 +194,8 @@ def measured_shape(perf: PerfModel, c: Config) -> bool:
     """Whether a real job measured this configuration's shape: a calibration job of its own devices
     and protocol (a CPU worker alone counts: its step was timed as the runtime takes it)."""
     ids = [d for g in c.groups for d in g]
-    shape = Shape(c.groups, device_batches(perf.contended(ids), c.variant, c.groups, c.batch), c.variant, c.layout)
-    cuda = perf.cores.cuda if perf.cores else frozenset()
-    return shape.key in perf.calibration or (len(ids) == 1 and ids[0] not in cuda)
+    shape = Shape(c.groups, spec_batches(perf, c), c.variant, c.layout)
+    return shape.key in perf.calibration or (len(ids) == 1 and ids[0] not in perf.cuda)
 
 
 def analytic_covers(perf: PerfModel, shape: Shape) -> bool:
@@ -322,12 +321,11 @@ def probe_cost(perf: PerfModel, shape: Shape, batches: tuple[tuple[int, ...], ..
     profile's calibration job of its layout timed, so that job's seconds per iteration are the
     probe's (teacher-mlp's scouts at batch 64, sized from the bare step of 1.26 ms, trained 3 s
     where 1.5 s was meant; the loop's 2.0)."""
-    cuda = perf.cores.cuda if perf.cores else frozenset()
     ids = [d for g in shape.groups for d in g]
-    if len(ids) == 1 and ids[0] not in cuda and shape.key in perf.calibration:
+    if len(ids) == 1 and ids[0] not in perf.cuda and shape.key in perf.calibration:
         return perf.sec_per_iter(shape)
     host = probe_host(perf)
-    every = sum(float(perf.compute[host if d in cuda and host else d](b))
+    every = sum(float(perf.compute[host if d in perf.cuda and host else d](b))
                 for g, bs in zip(shape.groups, batches) for d, b in zip(g, bs))
     return every * shape.variant.samples_per_update(batches) / sum(map(sum, batches))
 
@@ -336,7 +334,7 @@ def probe_host(perf: PerfModel) -> str | None:
     """The CPU device with the most threads (the probes' stand-in for a GPU); None with no CPU."""
     if perf.cores is None:
         return None
-    cpus = [d for d in perf.compute if d not in perf.cores.cuda]
+    cpus = [d for d in perf.compute if d not in perf.cuda]
     return max(cpus, key=lambda d: perf.cores.threads[d], default=None)
 
 
@@ -388,9 +386,9 @@ def time_fastest(setups: list[Setup], timer: Timer, unmeasured: Callable[[Config
     speed. A setup whose job fails is left out."""
     def key(s: Setup) -> Config:
         return s.config(LR_DECADES[1], MU_STAR)
-    measured = [s.samples_per_s for s in setups if not unmeasured(key(s))]
-    fastest = max(measured, default=0.0)
-    rivals = sorted((s for s in setups if unmeasured(key(s)) and s.samples_per_s > fastest),
+    modelled = {s: unmeasured(key(s)) for s in setups}
+    fastest = max((s.samples_per_s for s in setups if not modelled[s]), default=0.0)
+    rivals = sorted((s for s in setups if modelled[s] and s.samples_per_s > fastest),
                     key=lambda s: -s.samples_per_s)[:MAX_TIMED]
     timed = {}
     for s in rivals:
@@ -420,8 +418,9 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
 
     `budget_s` fixes the probing budget; None sizes it to the job (budget.py). `study` is an
     optuna study (in memory when None); probes it already holds are reused, so an interrupted
-    search resumes. With a `timer`, a leader whose speed no calibration job measured is timed
-    by a real job before it may win (`measure_leaders`). Returns every configuration considered,
+    search resumes. With a `timer`, setups whose speed no calibration job measured are timed by a
+    real job before the search where they could lead (`time_fastest`), and a leader still
+    unmeasured after it before it may win (`measure_leaders`). Returns every configuration considered,
     best predicted time to target first (unprobed ones last), and what planning spent.
     """
     start = time.perf_counter()         # scoring the setups counts against the budget, as probes do

@@ -293,6 +293,11 @@ class PerfModel:
                        cores=Cores.from_profile(profile))
         return replace(analytic, calibration=analytic.fit_calibration(profile))
 
+    @property
+    def cuda(self) -> frozenset[str]:
+        """The GPUs among the devices."""
+        return self.cores.cuda if self.cores else frozenset()
+
     def contended(self, devices) -> dict[str, ComputeModel]:
         """t_d(b) of these devices as they run side by side (Cores.slowdown)."""
         slow = self.cores.slowdown(devices) if self.cores else {}
@@ -318,8 +323,7 @@ class PerfModel:
         t = self.compute_s(devices, batch, everyone) + self.network.allreduce_s(k, self.model_bytes)
         if server:
             t += self.network.round_trip(self.model_bytes) + self.network.allreduce_s(k, self.model_bytes)
-        cuda = self.cores.cuda if self.cores else frozenset()
-        if any(d in cuda for d in devices) and (server or any(d not in cuda for d in devices)):
+        if any(d in self.cuda for d in devices) and (server or any(d not in self.cuda for d in devices)):
             t += host_copy_s(self.model_bytes)
         return float(t)
 

@@ -71,7 +71,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         if device.id not in concurrent_ids and (here.index == 0 or len(concurrent) == 1):
             key = (device.kind, device.host, device.threads, device.emulated_slowdown)
             if key not in alike:
-                progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
+                progress(named(device))
                 alike[key] = measure_alone(wl, train, device, settings, progress)
             devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
     if len(concurrent) > 1:
@@ -106,7 +106,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         calibration = by_rank[0]["calibration"]
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
-            progress(f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id)
+            progress(named(device))
             devices[device.id] = DeviceProfile.measured(device.id, measure_alone(wl, train, device, settings,
                                                                                  progress), False)
     return Profile(
@@ -133,6 +133,10 @@ def launch(job: ProfileJob, here, everyone, cluster: Cluster, workload_spec: str
         progress(f"the calibration jobs of GPUs beside CPU workers failed ({e}); measuring again without them")
         return launch_mod.launch_node(worker_main, (replace(job, mixed_specs=()),), here, everyone,
                                       cluster.rendezvous, log_dir, run_id=run_id + "-again")
+
+
+def named(device: Device) -> str:
+    return f"device {device.id} ({device.threads} threads)" if device.kind == "cpu" else device.id
 
 
 def concurrent_layout(cluster: Cluster) -> str:
