@@ -68,13 +68,29 @@ def gpu_section(d: dict) -> list[str]:
         lo, hi = r["spread_s"]
         lines.append(f"| {r['config']} | `{r['layout']}` | {r['batches']} | {ms(r['measured_sec_per_iter'])} | "
                      f"{r['iterations']:.0f} | {r['time_to_target_s']:.1f} | {lo:.1f}–{hi:.1f} |")
+    same = [r["config"] for r in d["rows"][1:] if same_setup(r, d["rows"][0])]
     lines += ["", f"The plan took {summary['plan_over_best_alternative']:.2f}× the best alternative "
               f"({summary['best_alternative']}); its predicted seconds per iteration were "
               f"{summary.get('predicted_over_measured_sec_per_iter', float('nan')):.2f}× the measured. "
-              f"A run that misses its target counts as the time limit, {d['time_limit_s']:g} s.", ""]
+              f"A run that misses its target counts as the time limit, {d['time_limit_s']:g} s."]
+    if same:
+        lines.append(f"The plan is the same setup as {', '.join(same)}: the difference between those rows is "
+                     "the spread of runs of one configuration.")
+    if summary.get("planning_own_s") is not None:
+        lines.append(f"Planning's own cost, less the training it handed on to the run: "
+                     f"{secs(summary['planning_own_s'])} s.")
+    if d.get("commit"):
+        lines.append(f"Measured with: {d['commit']}.")
+    lines.append("")
     if d.get("pytest_gpu"):
         lines += [f"`pytest -m gpu`: {d['pytest_gpu']['last_line']}", ""]
     return lines
+
+
+def same_setup(a: dict, b: dict) -> bool:
+    """Whether two rows ran the same configuration (a seed aside)."""
+    keys = ("layout", "protocol", "batches", "lr", "momentum")
+    return all(a.get(k) == b.get(k) for k in keys)
 
 
 def cell(v) -> str:
@@ -97,8 +113,11 @@ def overhead_section(d: dict) -> list[str]:
 
 def render() -> str:
     lines = [INTRO]
-    gpu = load("gpu") or load("gpu-quick")
-    lines += gpu_section(gpu) if gpu else ["No run of `benchmarks.gpu` is recorded yet.", ""]
+    runs = [d for d in (load("gpu"), load("gpu-quick")) if d]
+    for d in runs:
+        lines += gpu_section(d)
+    if not runs:
+        lines += ["No run of `benchmarks.gpu` is recorded yet.", ""]
     for name in ("overhead-cuda", "overhead"):
         d = load(name)
         if d:

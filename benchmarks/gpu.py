@@ -16,20 +16,26 @@ alone, and the GPUs beside CPU workers on the cores they leave free) it records:
    momentum 0.9, so that they differ only in their devices: gpu-alone (sync on the first CUDA
    device), cpus-alone (sync on the `one-worker` layout's CPU worker, or with no such layout the
    CPU devices of `one-per-core`) and all-devices (sync with throughput-balanced batches on the
-   largest layout with a GPU). Every configuration runs from scratch with seeds 0, 1, 2 (one with
-   --quick), seed by seed across the configurations; rows give the median time to target and
+   largest layout with a GPU). Every configuration runs with seeds 0, 1, 2 (one with --quick),
+   seed by seed across the configurations; the alternatives from scratch, the plan, as after
+   `omnitune plan`, from its chosen probe's checkpoint, whose training its clock counts (planning's
+   own cost is its wall time less that training). Rows give the median time to target and
    min-max, a run that misses its target counting as the time limit;
 3. whether `pytest -m gpu` passes (`python -m pytest -q -m gpu tests` from the repository root).
+After every run the figures so far go to benchmarks/results/gpu-partial.json, and the profile and
+the plan to gpu-profile.json and gpu-plan.json, so a session cut short still leaves them.
 
-Workload: shapes-resnet to 0.9 accuracy, each run limited to 45 s, and the plan's own probing
-budget; all of it ends in about 8 minutes on an H200 with 16 cores. With --quick: cnn1d-mnist1d
-to 0.85, each run limited to 30 s, a quick profile and one seed. Writes
+Workload: shapes-resnet to 0.9 accuracy, each run limited to 45 s (benchmarks/gpu_session.sh
+passes 30), and the plan's own probing budget; with 30 s, all of it ended in 7 minutes on an H200
+with 16 cores. With --quick: cnn1d-mnist1d to 0.85, each run limited to 30 s, a quick profile and
+one seed. Writes
 benchmarks/results/gpu.json (gpu-quick.json with --quick).
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import statistics
 import subprocess
 import sys
@@ -38,13 +44,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import print_rows, write_results
+from benchmarks.common import RESULTS, print_rows, write_results
 from benchmarks.plan_quality import fixed_spec, interleaved
 from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, timing, workload
 from omnitune.cluster import local_cluster
 from omnitune.files import to_dict
 from omnitune.optimizer import Config
-from omnitune.probe import make_prober
+from omnitune.plan import start_path
+from omnitune.probe import hand_on, make_prober
 from omnitune.protocols import Sync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +118,7 @@ def plan_facts(plan, planning_s: float) -> dict:
             "predicted_iters_to_target": plan.prediction.iters_to_target,
             "hardware_model": plan.hardware_model, "model_sec_per_iter": plan.prediction.model_sec_per_iter,
             "planning_s": planning_s,
+            "planning_own_s": planning_s - (plan.planning.handed_on_s if plan.planning else 0.0),
             "planning": to_dict(plan.planning) if plan.planning else None, "note": plan.candidates[0].note}
 
 
@@ -141,39 +149,57 @@ def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s
     limit_s = limit_s or default_limit_s
 
     start = time.perf_counter()
+    stamped = lambda what: lambda m: print(f"  {time.perf_counter() - start:6.1f}s {what}: {m}", flush=True)  # noqa: E731
     prof = profiler.profile(local_cluster(), wl_name, None, profiler.Settings.make(quick), work / "logs",
-                            progress=lambda m: print(f"  profile: {m}", flush=True))
+                            progress=stamped("profile"))
     profile_s = time.perf_counter() - start
     prof_path = work / f"{wl_name}.profile.json"
     profile_mod.save(prof, prof_path)
+    profile_mod.save(prof, RESULTS / "gpu-profile.json")     # to plan again elsewhere
     facts = profile_facts(prof, profile_s)
     print_rows(f"profile of {wl_name} on this machine ({profile_s:.1f} s)",
                [{"device": d, **v} for d, v in facts["devices"].items()],
                ["device", "kind", "threads", "best_samples_per_s", "best_batch", "max_batch"])
 
+    # As `omnitune plan` does: the search, with the unmeasured fastest setups timed, and the chosen
+    # probe's training handed on to the run, whose clock counts it.
     start = time.perf_counter()
     timer = lambda c: timing.time_spec(optimizer.spec_of(c, prof, wl_name, None, target, 0))  # noqa: E731
-    found = optimizer.search(prof, optimizer.Space(), make_prober(workload.load(wl_name), None, target, 0),
-                             timer=timer, log=lambda m: print(f"  plan: {m}", flush=True))
+    prober = make_prober(workload.load(wl_name), None, target, 0)
+    found = optimizer.search(prof, optimizer.Space(), prober, timer=timer, log=stamped("plan"))
+    plan_path = work / f"{wl_name}-plan.json"
     plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
+    plan = hand_on(plan, prober, plan_path)
     planning_s = time.perf_counter() - start
-    plan_mod.save(plan, work / f"{wl_name}-plan.json")
+    plan_mod.save(plan, plan_path)
+    plan_mod.save(plan, RESULTS / "gpu-plan.json")
     chosen = plan_facts(plan, planning_s)
     budget_s = plan.planning.budget_s if plan.planning else None
-    print(f"plan ({planning_s:.1f} s, budget {budget_s} s): {chosen['protocol']} on "
-          f"{chosen['layout']}, devices {chosen['devices']}, batches {chosen['batches']}, lr {chosen['lr']}, "
-          f"momentum {chosen['momentum']}, {1e3 * chosen['predicted_sec_per_iter']:.2f} ms/iter "
+    print(f"plan ({planning_s:.1f} s, {chosen['planning_own_s']:.1f} s of it not handed on; budget {budget_s} s): "
+          f"{chosen['protocol']} on {chosen['layout']}, devices {chosen['devices']}, batches {chosen['batches']}, "
+          f"lr {chosen['lr']}, momentum {chosen['momentum']}, {1e3 * chosen['predicted_sec_per_iter']:.2f} ms/iter "
           f"({chosen['hardware_model']}), predicted {chosen['predicted_time_to_target_s']} s", flush=True)
 
     batch, lr = chosen["nominal_batch"], chosen["effective_lr"]
-    configs = {"plan": (plan.layout, plan.spec)}
+    handed = start_path(plan, plan_path)      # every seed of the plan's run goes on from it
+    configs = {"plan": (plan.layout, {seed: (replace(plan.spec, seed=seed), handed) for seed in seeds})}
     for name, c in alternative_configs(prof, batch, lr).items():
         configs[name] = (c.layout, fixed_spec(prof, wl_name, target, c))
-    measured = interleaved({name: spec for name, (_, spec) in configs.items()}, work, limit_s, seeds)
+    partial = {"workload": wl_name, "target_accuracy": target, "time_limit_s": limit_s, "seeds": list(seeds),
+               "profile": facts, "plan": chosen, "runs": []}
+    write_results("gpu-partial", partial)      # what a run cut short still leaves
+
+    def on_run(tag, seed, run):
+        partial["runs"].append({"config": tag, "seed": seed, **run})
+        print(f"  {tag} seed {seed}: {run['time_s']:.1f} s, reached {run['reached']}", flush=True)
+        write_results("gpu-partial", partial)
+
+    measured = interleaved({name: spec for name, (_, spec) in configs.items()}, work, limit_s, seeds, on_run)
     rows = []
     for name, (layout, spec) in configs.items():
         m = measured[name]
+        spec = plan.spec if name == "plan" else spec
         rows.append({**described(spec, config=name, layout=layout), "time_to_target_s": m["median_s"],
                      "spread_s": m["spread_s"], "reached_target": [r["reached"] for r in m["runs"]],
                      "measured_sec_per_iter": statistics.median(r["sec_per_iter"] for r in m["runs"]),
@@ -189,7 +215,8 @@ def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s
                "predicted_over_measured_sec_per_iter": chosen["predicted_sec_per_iter"] / rows[0]["measured_sec_per_iter"],
                "predicted_over_measured": (chosen["predicted_time_to_target_s"] / plan_s
                                            if chosen["predicted_time_to_target_s"] is not None else None),
-               "profile_s": profile_s, "planning_s": planning_s, "planning_budget_s": budget_s}
+               "profile_s": profile_s, "planning_s": planning_s, "planning_own_s": chosen["planning_own_s"],
+               "planning_budget_s": budget_s}
     return {"workload": wl_name, "target_accuracy": target, "time_limit_s": limit_s, "seeds": list(seeds),
             "profile": facts, "plan": chosen, "rows": rows, "summary": summary}
 
@@ -211,14 +238,15 @@ def main() -> None:
     print_rows(f"the plan against the alternatives (median s; a miss counts as {out['time_limit_s']:g} s)",
                out["rows"], COLUMNS)
     print_rows("summary", [out["summary"]], list(out["summary"]))
-    if not args.no_pytest:
-        out["pytest_gpu"] = tests = gpu_tests()
-        print(f"pytest -m gpu: return code {tests['returncode']}: {tests['last_line']}")
     out = {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "cuda_device": torch.cuda.get_device_name(0), "cuda_device_count": torch.cuda.device_count(),
            "cpu_count": profiler.host_facts().cpu_count, "torch": torch.__version__, **out}
-    path = write_results("gpu" + ("-quick" if args.quick else ""), out)
-    print(f"wrote {path}")
+    name = "gpu" + ("-quick" if args.quick else "")
+    print(f"wrote {write_results(name, out)}", flush=True)
+    if not args.no_pytest:
+        out["pytest_gpu"] = tests = gpu_tests()
+        print(f"pytest -m gpu: return code {tests['returncode']}: {tests['last_line']}")
+        write_results(name, out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 36 in one command on a machine with a CUDA GPU, about 9 minutes on an
-# H200 with 16 cores: `pytest -m gpu`, `benchmarks.gpu` (3 seeds) and `benchmarks.overhead
-# --device cuda`; their JSON goes to $OUT (or benchmarks/results/ alone when OUT is unset).
+# The GPU checks of issue 36 in one command on a machine with a CUDA GPU, about 8 minutes on an
+# H200 with 16 cores: `benchmarks.gpu` (3 seeds, 30 s per run), then `pytest -m gpu`, then, with
+# OVERHEAD_S set, `benchmarks.overhead --device cuda`. Their JSON (the partial file after every
+# run, the profile and the plan too) and the log go to $OUT when it is set.
 #
 # Where the machine lacks optuna, simpy or mnist1d, put their wheels (and optuna's alembic,
 # colorlog, Mako and SQLAlchemy) in .whl/ first: they are installed from there, nothing is fetched.
@@ -13,12 +14,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     export PYTHONPATH=/tmp/site:$PWD
 fi
 export PYTHONPATH=${PYTHONPATH:-$PWD} PYTHONUNBUFFERED=1
-echo "cores $(nproc); $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null); $(date -u +%T)"
+LOG=${OUT:-/tmp}/gpu-session.log
+echo "cores $(nproc); $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null); $(date -u +%T)" | tee "$LOG"
 quiet() { grep -v "torchelastic-events\|^frame #\|^INFO"; }
-timeout "${GPU_S:-420}" python3 -m benchmarks.gpu ${GPU_ARGS:-} 2>&1 | quiet | tail -80
-timeout "${OVERHEAD_S:-100}" python3 -m benchmarks.overhead --device cuda --pairs 3 --seconds 3 --rounds 2 \
-    --window-s 0.5 --only teacher-mlp 2>&1 | quiet | tail -30
-if [ -n "${OUT:-}" ]; then
-    cp benchmarks/results/gpu*.json benchmarks/results/overhead-cuda*.json "$OUT"/ 2>/dev/null
+timeout "${GPU_S:-430}" python3 -m benchmarks.gpu --no-pytest --limit-s "${LIMIT_S:-30}" ${GPU_ARGS:-} 2>&1 | quiet | tee -a "$LOG" | tail -60
+[ -n "${OUT:-}" ] && cp benchmarks/results/gpu*.json "$OUT"/ 2>/dev/null
+timeout "${PYTEST_S:-90}" python3 -m pytest -q -m gpu tests 2>&1 | quiet | tee -a "$LOG" | tail -8
+if [ "${OVERHEAD_S:-0}" -gt 0 ]; then
+    timeout "$OVERHEAD_S" python3 -m benchmarks.overhead --device cuda --pairs 3 --seconds 3 --rounds 2 \
+        --window-s 0.5 --only teacher-mlp 2>&1 | quiet | tee -a "$LOG" | tail -30
+    [ -n "${OUT:-}" ] && cp benchmarks/results/overhead-cuda*.json "$OUT"/ 2>/dev/null
 fi
-echo "== end $(date -u +%T)"
+echo "== end $(date -u +%T)" | tee -a "$LOG"

@@ -106,16 +106,19 @@ def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> 
     return interleaved({tag: spec}, work, cap_s, seeds)[tag]
 
 
-def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seeds=SEEDS) -> dict[str, dict]:
+def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seeds=SEEDS, on_run=None) -> dict[str, dict]:
     """Each spec run once per seed, seed by seed across the specs (so a drift in the machine's
     speed over the session falls on every spec alike, not on whichever ran last): per spec the
     median time to target (a miss counts as `cap_s`), min-max, runs and median iterations. A spec
-    may instead be a dict from seed to (run spec, checkpoint it starts from): the plan of each seed."""
+    may instead be a dict from seed to (run spec, checkpoint it starts from): the plan of each seed.
+    `on_run(tag, seed, run)`, if given, is called after each run."""
     runs: dict[str, list[dict]] = {tag: [] for tag in specs}
     for seed in seeds:
         for tag, spec in specs.items():
             spec, start = spec[seed] if isinstance(spec, dict) else (replace(spec, seed=seed), None)
             runs[tag].append(measure(spec, work, f"{tag}-s{seed}", cap_s, start))
+            if on_run:
+                on_run(tag, seed, runs[tag][-1])
     out = {}
     for tag, rs in runs.items():
         times = [r["time_s"] for r in rs]

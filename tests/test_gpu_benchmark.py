@@ -11,6 +11,7 @@ import torch
 
 from benchmarks import gpu
 from benchmarks.common import RESULTS
+from omnitune.files import atomic_write_json
 from benchmarks.plan_quality import fixed_spec
 from tests.conftest import DATA, ROOT
 
@@ -139,7 +140,15 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
                                mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
                                protocol_stats={}, started_at_s=0.0)
     monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(gpu, "RESULTS", results)
+    monkeypatch.setattr(gpu, "write_results", lambda name, data: atomic_write_json(results / f"{name}.json", data))
     out = gpu.bench(True, tmp_path, seeds=(0, 1, 2))
+    partial = json.loads((results / "gpu-partial.json").read_text())
+    assert [(r["config"], r["seed"]) for r in partial["runs"]][:5] == [
+        ("plan", 0), ("gpu-alone", 0), ("cpus-alone", 0), ("all-devices", 0), ("plan", 1)]
+    assert len(partial["runs"]) == 12 and (results / "gpu-profile.json").exists()
 
     order = [("cpu0", "cpu1"), ("cuda0",), ("cpu-all",), ("cuda0", "cpu0")]
     assert out["workload"] == "cnn1d-mnist1d" and out["time_limit_s"] == 30.0 and out["seeds"] == [0, 1, 2]
