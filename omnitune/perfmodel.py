@@ -84,6 +84,9 @@ class Piecewise:
         return float(self.pieces[i](x))
 
 
+BEYOND_GAIN = 2.0       # most a device's throughput may grow past its profiled batches
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """t_d(b) for one device.
@@ -92,7 +95,10 @@ class ComputeModel:
     step times are bumpy (kernels change with the batch), and a 2- or 3-parameter curve misses
     measured points by up to ~25%, so the measurements themselves are the model there. Beyond
     the largest profiled batch: t(b) = alpha + beta * b, fitted to the upper half of the points
-    (`tail`), as Pollux/AdaptDL model compute time.
+    (`tail`), as Pollux/AdaptDL model compute time. Its slope is at least 1/BEYOND_GAIN of the
+    best measured seconds per sample, so throughput past the profile at most BEYOND_GAIN-folds
+    the best measured: a curve flat at its end (a quick profile's CPU worker timed beside 15
+    others read 2.14 ms at batch 16 and at 64) would otherwise make any batch free.
     """
     batches: np.ndarray
     seconds: np.ndarray
@@ -124,8 +130,13 @@ class ComputeModel:
         inside = np.exp(np.interp(np.log(b), np.log(self.batches), np.log(self.seconds)))
         tail = self.tail
         # Continue from the last measurement at the fitted slope, so t(b) stays continuous.
-        beyond = self.seconds[-1] + tail.slope * (b - self.batches[-1])
+        slope = max(tail.slope, self.best_sec_per_sample / BEYOND_GAIN)
+        beyond = self.seconds[-1] + slope * (b - self.batches[-1])
         return np.where(b > self.batches[-1], beyond, inside)
+
+    @property
+    def best_sec_per_sample(self) -> float:
+        return float(np.min(self.seconds / self.batches))
 
 
 def compute_models(profile: Profile) -> dict[str, ComputeModel]:

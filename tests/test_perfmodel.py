@@ -49,6 +49,23 @@ def test_compute_model_passes_through_measurements_and_grows():
     assert m.tail.slope == pytest.approx(1e-4) and m.tail.intercept == pytest.approx(1e-3)
 
 
+def test_a_flat_tail_does_not_make_large_batches_free():
+    """A CPU worker whose steps read alike from batch 16 to 64 (a quick profile, timed beside 15
+    others): past 64 its fitted slope is about zero, and balancing once gave it 6,457 samples to
+    the GPU's 919. Its step at 100× the range is at least half of 100× its best measured step
+    per sample, the steepest the rule allows; a growing curve keeps its own, steeper slope.
+
+    Fails if the extrapolation follows the flat fitted line, or if the floor replaces the slope
+    of a curve that grows faster."""
+    b = np.array([1.0, 2, 4, 8, 16, 32, 64])
+    flat = ComputeModel(b, np.array([0.48, 1.54, 1.74, 1.78, 2.14, 2.15, 2.14]) * 1e-3)
+    best = 2.14e-3 / 64
+    assert flat(6400.0) == pytest.approx(2.14e-3 + (6400 - 64) * best / 2, rel=1e-9)
+    assert 6400 / flat(6400.0) <= 2 * 64 / 2.14e-3
+    steep = ComputeModel(b, 1e-3 + 1e-4 * b)
+    assert steep(640.0) == pytest.approx(1e-3 + 1e-4 * 640, rel=1e-9)
+
+
 def net(server_update_s=1e-4):
     ar = tuple(AllReduceTiming(2, m, 1e-4 + 2e-9 * m) for m in (4096, 40000, 160000))
     p2p = tuple(P2PTiming(m, 5e-5 + 1e-9 * m) for m in (4096, 40000, 160000))
