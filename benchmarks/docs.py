@@ -62,7 +62,7 @@ def gpu_section(d: dict) -> list[str]:
              f"{ms(plan['predicted_sec_per_iter'])} ms an iteration predicted ({plan['hardware_model']}"
              + (f"; the model said {ms(plan.get('model_sec_per_iter'))}" if plan.get("model_sec_per_iter") else "")
              + ").", "",
-             f"| setup | layout | batches | ms/iter measured | iterations | time to target (s), median | min–max |",
+             "| setup | layout | batches | ms/iter measured | iterations | time to target (s), median | min–max |",
              "|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         lo, hi = r["spread_s"]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import print_rows, write_results
-from omnitune import optimizer, profiler, statmodel, workload
+from omnitune import planning, profiler, statmodel, workload
 from omnitune.cluster import load_cluster
 from omnitune.probe import run_probe
 from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
@@ -49,11 +49,11 @@ def cluster_profile(workers: int, wl_name: str, work: Path):
     return profiler.profile(load_cluster(spec), wl_name, None, profiler.Settings.make(True), work / "logs")
 
 
-def setup_of(prof, variant) -> optimizer.Setup:
+def setup_of(prof, variant) -> planning.Setup:
     """The planner's setup of this variant at BATCH (one the planner does not try, such as
     softsync without Rudra's scaling, as its planned twin's)."""
-    space = optimizer.Space(protocols=(variant.protocol,), batch_sizes=(BATCH,))
-    twin = next(s for s in optimizer.enumerate_setups(prof, space)
+    space = planning.Space(protocols=(variant.protocol,), batch_sizes=(BATCH,))
+    twin = next(s for s in planning.enumerate_setups(prof, space)
                 if (s.variant.key, s.variant.groups) == (variant.key, variant.groups) and not s.variant.balanced)
     return dataclasses.replace(twin, variant=variant)
 
@@ -74,7 +74,7 @@ def bench(wl_name: str, workers: int, variants, seeds: list[int], work: Path) ->
     rows = []
     for v in variants:
         setup = setup_of(prof, v)
-        base_lr, mu = lr * v.lr_gain, v.rule_momentum(optimizer.MU_STAR)
+        base_lr, mu = lr * v.lr_gain, v.rule_momentum(planning.MU_STAR)
         cfg = setup.probe(base_lr, mu)
         emulated, real, real_staleness, emu_staleness = [], [], [], []
         for seed in seeds:

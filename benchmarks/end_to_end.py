@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
+from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.probe import make_prober
 from omnitune.runtime import job
@@ -27,9 +27,9 @@ def bench(name: str, target: float, quick: bool, work: Path) -> dict:
     prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
     profile_mod.save(prof, work / f"{name}.profile.json")
     wl = workload.load(name)
-    found = optimizer.search(prof, optimizer.Space(), make_prober(wl, None, target, seed=0),
+    found = planning.search(prof, planning.Space(), make_prober(wl, None, target, seed=0),
                               budget_s=30 if quick else 120)
-    plan = optimizer.build_plan(found, prof, str(work / f"{name}.profile.json"), name, None, target, 0,
+    plan = planning.build_plan(found, prof, str(work / f"{name}.profile.json"), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_path = work / f"{name}.plan.json"
     plan_mod.save(plan, plan_path)

@@ -46,10 +46,10 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, print_rows, write_results
 from benchmarks.plan_quality import fixed_spec, interleaved
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, timing, workload
+from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, timing, workload
 from omnitune.cluster import local_cluster
 from omnitune.files import to_dict
-from omnitune.optimizer import Config
+from omnitune.planning import Config
 from omnitune.plan import start_path
 from omnitune.probe import hand_on, make_prober
 from omnitune.protocols import Sync
@@ -164,11 +164,11 @@ def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s
     # As `omnitune plan` does: the search, with the unmeasured fastest setups timed, and the chosen
     # probe's training handed on to the run, whose clock counts it.
     start = time.perf_counter()
-    timer = lambda c: timing.time_spec(optimizer.spec_of(c, prof, wl_name, None, target, 0))  # noqa: E731
+    timer = lambda c: timing.time_spec(planning.spec_of(c, prof, wl_name, None, target, 0))  # noqa: E731
     prober = make_prober(workload.load(wl_name), None, target, 0)
-    found = optimizer.search(prof, optimizer.Space(), prober, timer=timer, log=stamped("plan"))
+    found = planning.search(prof, planning.Space(), prober, timer=timer, log=stamped("plan"))
     plan_path = work / f"{wl_name}-plan.json"
-    plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
+    plan = planning.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan = hand_on(plan, prober, plan_path)
     planning_s = time.perf_counter() - start

@@ -35,8 +35,8 @@ from pathlib import Path
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
 from benchmarks.protocols import cluster_profile, make_plan, repeated, summarise
-from omnitune import optimizer
-from omnitune.optimizer import Config
+from omnitune import planning
+from omnitune.planning import Config
 from omnitune.protocols import Groups, Sync
 from omnitune.runtime import job
 
@@ -68,7 +68,7 @@ def alternatives(prof, lr: float) -> dict[str, Config]:
             "fastest-alone": Config("cluster", Sync(), ((fastest,),), BATCH, lr, SYNC_MOMENTUM),
             "sync-balanced": Config("cluster", Sync(balanced=True), (ids,), BATCH, lr, SYNC_MOMENTUM),
             "groups-balanced": Config("cluster", groups, groups.group(ids), BATCH, lr,
-                                      groups.rule_momentum(optimizer.MU_STAR))}
+                                      groups.rule_momentum(planning.MU_STAR))}
 
 
 def described(spec, **kw) -> dict:

@@ -33,9 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
-from omnitune import optimizer, profile as profile_mod, profiler, workload
+from omnitune import planning, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
-from omnitune.optimizer import Config
+from omnitune.planning import Config
 from omnitune.plan import start_path
 from omnitune.probe import hand_on, make_prober
 from omnitune.protocols import Groups, Sync
@@ -73,7 +73,7 @@ def grid(prof, bench: Bench, quick: bool) -> list[Config]:
     one = prof.cluster.layouts.get("one-worker", per_core[:1])
     two = Groups(g=2)
     shapes = [("one-worker", Sync(), (one,), 0.9), ("one-per-core", Sync(), (per_core,), 0.9),
-              ("one-per-core", two, two.group(per_core), two.rule_momentum(optimizer.MU_STAR)),
+              ("one-per-core", two, two.group(per_core), two.rule_momentum(planning.MU_STAR)),
               ("one-per-core", two, two.group(per_core), 0.0)]
     if bench.long:
         shapes = shapes[:3]
@@ -90,7 +90,7 @@ def default_config(prof) -> Config:
 
 def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
     """What a configuration runs: its devices and groups, with batches as the planner would set them."""
-    return optimizer.spec_of(c, prof, name, None, target, 0)
+    return planning.spec_of(c, prof, name, None, target, 0)
 
 
 def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | None = None) -> dict:
@@ -176,7 +176,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     # The band on iterations of the first seed's plan, from a longer probe of its configuration
     # (plan --predict-s, going on from its probe), timed apart from planning.
     start = time.perf_counter()
-    longer = optimizer.build_plan(optimizer.predict(found, prober, PREDICT_S), prof, str(prof_path), name, None,
+    longer = planning.build_plan(planning.predict(found, prober, PREDICT_S), prof, str(prof_path), name, None,
                                   b.target, 0, datetime.now(timezone.utc).isoformat())
     predict_s = time.perf_counter() - start
     band = longer.candidates[0].iters_band
@@ -222,9 +222,9 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     wl = workload.load(name)
     prober = make_prober(wl, None, b.target, seed=seed)
     log: list[str] = []                 # the search's own account, kept in the results
-    found = optimizer.search(prof, optimizer.Space(), prober,
+    found = planning.search(prof, planning.Space(), prober,
                              log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
-    plan = optimizer.build_plan(found, prof, str(prof_path), name, None, b.target, seed,
+    plan = planning.build_plan(found, prof, str(prof_path), name, None, b.target, seed,
                                 datetime.now(timezone.utc).isoformat())
     path = work / f"{name}-plan-s{seed}.json"
     plan = hand_on(plan, prober, path)

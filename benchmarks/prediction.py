@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, workload
+from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, workload
 from omnitune.cluster import local_cluster
 from omnitune.probe import make_prober
 from omnitune.runtime import job
@@ -64,10 +64,10 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int, seeds: tuple[int,
     figures are the runs' medians (a run that misses the target counts as its cap)."""
     name, target, layout, protocol, g, batch, lr = cfg
     wl = workload.load(name)
-    space = optimizer.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
+    space = planning.Space(protocols=(protocol,), groups=(g,), batch_sizes=(batch,), lrs=(lr,), layouts=(layout,))
     prober = make_prober(wl, None, target, seed=0)
-    found = optimizer.predict(optimizer.search(prof, space, prober), prober, PREDICT_S)
-    plan = optimizer.build_plan(found, prof, str(prof_path), name, None, target, 0,
+    found = planning.predict(planning.search(prof, space, prober), prober, PREDICT_S)
+    plan = planning.build_plan(found, prof, str(prof_path), name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_mod.save(plan, work / f"plan{i}.json")
     cap = MAX_RUN_S.get(name, 120.0)

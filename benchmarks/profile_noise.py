@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import optimizer, profiler
+from omnitune import planning, profiler
 from omnitune.cluster import local_cluster
 from omnitune.runtime.measure import Settings
 
@@ -42,7 +42,7 @@ def measured(name: str, passes: int, logs: Path) -> dict:
     steps = {f"{d.device_id} b{s.batch_size}": s.sec_per_step for d in prof.devices for s in d.steps}
     calibration = {f"{c.layout} {c.protocol} g{c.groups} b{c.batch_size}": c.sec_per_iter for c in prof.calibration}
     setups = {f"{s.layout} {s.variant.label} b{s.batch}": s.sec_per_iter
-              for s in optimizer.enumerate_setups(prof, optimizer.Space())}
+              for s in planning.enumerate_setups(prof, planning.Space())}
     return {"wall_s": wall, "steps": steps, "calibration": calibration, "setups": setups}
 
 

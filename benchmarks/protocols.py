@@ -25,9 +25,9 @@ from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
-from omnitune import optimizer, plan as plan_mod, profile as profile_mod, profiler, protocols, workload
+from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, protocols, workload
 from omnitune.cluster import load_cluster
-from omnitune.optimizer import Config
+from omnitune.planning import Config
 from omnitune.probe import make_prober
 from omnitune.runtime import job
 
@@ -74,7 +74,7 @@ def protocol_config(prof, name: str, lr: float) -> Config:
     variant = protocols.from_fields(protocol, len(ids) if protocols.Variant.kinds()[protocol].has_server else 1,
                                     n, every, balanced, scaled)
     return Config("cluster", variant, variant.group(ids), BATCH, lr * variant.lr_gain,
-                  variant.rule_momentum(optimizer.MU_STAR))
+                  variant.rule_momentum(planning.MU_STAR))
 
 
 def repeated(spec, work: Path, tag: str, seeds, limit_s: float = TIME_LIMIT_S, **kw) -> dict:
@@ -100,9 +100,9 @@ def summarise(runs, limit_s: float, **kw) -> dict:
 
 def make_plan(prof, prof_path: Path, wl_name: str, target: float, quick: bool, work: Path, tag: str):
     """omnitune's plan for the profiled cluster, as `omnitune plan` makes it (saved in `work`)."""
-    found = optimizer.search(prof, optimizer.Space(batch_sizes=(16, 32, 64)),
+    found = planning.search(prof, planning.Space(batch_sizes=(16, 32, 64)),
                              make_prober(workload.load(wl_name), None, target, 0), budget_s=60 if quick else 120)
-    plan = optimizer.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
+    plan = planning.build_plan(found, prof, str(prof_path), wl_name, None, target, 0,
                                 datetime.now(timezone.utc).isoformat())
     plan_mod.save(plan, work / f"{tag}-plan.json")
     return plan

@@ -30,7 +30,7 @@ import json
 import time
 
 from benchmarks.common import RESULTS, print_rows, write_results
-from omnitune import optimizer, workload
+from omnitune import planning, workload
 from omnitune.probe import make_prober
 from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync, Variant
 from omnitune.simulator import Link, Network, Scenario, SimDevice, simulate
@@ -82,7 +82,7 @@ def momentum(v: Variant) -> float:
     """Omnivore's rule for the server protocols, whose staleness is real; mu* for the others
     (hpsgd's one-step-late merge costs about nothing at 0.9, while the rule's 0.4 costs 3x the
     iterations: benchmarks.emulation and the README's protocols notes)."""
-    return v.rule_momentum(optimizer.MU_STAR) if v.has_server else optimizer.MU_STAR
+    return v.rule_momentum(planning.MU_STAR) if v.has_server else planning.MU_STAR
 
 
 def probe(prober, v: Variant, n: int, staleness: tuple[int, ...]) -> tuple[float | None, dict]:

@@ -28,8 +28,8 @@ from pathlib import Path
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
 from benchmarks.protocols import cluster_profile
-from omnitune import optimizer, protocols, simulator
-from omnitune.optimizer import Config
+from omnitune import planning, protocols, simulator
+from omnitune.planning import Config
 from omnitune.perfmodel import PerfModel, Shape
 from omnitune.runtime import job
 
@@ -61,7 +61,7 @@ def config(prof, row, lr: float) -> Config:
     ids = prof.cluster.layouts["cluster"]
     variant = protocols.from_fields(protocol, groups or len(ids), n, every, balanced)
     return Config("cluster", variant, variant.group(ids), batch, lr * variant.lr_gain,
-                  variant.rule_momentum(optimizer.MU_STAR))
+                  variant.rule_momentum(planning.MU_STAR))
 
 
 def pct(predicted: float, measured: float) -> float:

@@ -117,8 +117,9 @@ def plan(
                                         "short real job before it may win (only on the profiled machine)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
-    from omnitune import fleet as fleet_mod, optimizer, plan as plan_mod, probe, profile as profile_mod, \
-        study as study_mod, timing, workload as wl_mod
+    from omnitune import fleet as fleet_mod, plan as plan_mod, planning, probe, profile as profile_mod, timing, \
+        workload as wl_mod
+    from omnitune.planning import study as study_mod
     try:
         space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
         if budget_s is not None and budget_s < 0:
@@ -149,7 +150,7 @@ def plan(
                           "machine's CPU, and every seconds-per-iteration figure comes from the profile")
         def timer(config):
             status.update(f"planning: timing {config.layout} {config.variant.label} with a real job")
-            return timing.time_spec(optimizer.spec_of(config, prof, workload, data_dir, target_accuracy, seed))
+            return timing.time_spec(planning.spec_of(config, prof, workload, data_dir, target_accuracy, seed))
         timed = time_finalists and not fleet and not elsewhere and hardware_model == plan_mod.ANALYTIC
         study = study_mod.new_study(_study_storage(out_path),
                                     _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s,
@@ -157,14 +158,14 @@ def plan(
         with console.status("planning…") as status:
             if fleet:
                 status.update(f"planning: simulating every configuration on {fleet.nodes} nodes")
-            found = optimizer.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
+            found = planning.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
                                      study=study, log=lambda m: status.update(f"planning: {m}"),
-                                     hardware=fleet.hardware if fleet else optimizer.profiled(prof, hardware_model),
+                                     hardware=fleet.hardware if fleet else planning.profiled(prof, hardware_model),
                                      timer=timer if timed else None)
             if predict_s > 0:
                 status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
-                found = optimizer.predict(found, prober, predict_s)
-        result = optimizer.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
+                found = planning.predict(found, prober, predict_s)
+        result = planning.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
                                       seed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                       simulated_cluster=fleet.description if fleet else "",
                                       hardware_model=hardware_model)
@@ -180,17 +181,17 @@ def plan(
     chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
              f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
              f"(implicit {result.implicit_momentum:.2f})")
-    if result.planning and result.planning.ranked_by == optimizer.RANKED_BY_LOSS:
+    if result.planning and result.planning.ranked_by == planning.ranking.RANKED_BY_LOSS:
         when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
                 if p.time_to_target_s is None else
                 f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                 f"{p.sec_per_iter * 1e3:.2f} ms")
-        final = (f"; the best of the {optimizer.FINALISTS} best setups then trained on to "
-                 f"{optimizer.FINAL_GROWTH:g}× as long, and the lowest loss there won"
+        final = (f"; the best of the {planning.final.FINALISTS} best setups then trained on to "
+                 f"{planning.final.FINAL_GROWTH:g}× as long, and the lowest loss there won"
                  if "trained on" in result.planning.reason else "")
         out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                   f"lowest training loss after equal training time (Omnivore's criterion; losses within "
-                  f"{optimizer.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
+                  f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
                   f"{final}); {when}")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
@@ -244,7 +245,7 @@ def _study_name(prof, workload, target, seed, probe_iters, budget_s, hardware_mo
 
 
 def _space(target, protocol, groups, batch_size, lr, momentum):
-    from omnitune import optimizer, protocols
+    from omnitune import planning, protocols
     if not 0 < target <= 1:
         raise UserError(f"--target-accuracy must be in (0, 1], got {target}")
     if protocol is not None and protocol not in protocols.NAMES:
@@ -256,9 +257,9 @@ def _space(target, protocol, groups, batch_size, lr, momentum):
         raise UserError(f"--lr must be positive, got {lr}")
     if momentum is not None and not -1 < momentum < 1:
         raise UserError(f"--momentum must be in (-1, 1), got {momentum}")
-    return optimizer.Space(
+    return planning.Space(
         protocols=(protocol,) if protocol else protocols.NAMES, groups=(groups,) if groups else None,
-        batch_sizes=(batch_size,) if batch_size else optimizer.DEFAULT_BATCHES,
+        batch_sizes=(batch_size,) if batch_size else planning.DEFAULT_BATCHES,
         lrs=(lr,) if lr else None, momentum=momentum)
 
 

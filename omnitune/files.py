@@ -8,6 +8,7 @@ file and the key, so a bad file never gets as far as a traceback.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -94,6 +95,8 @@ def to_dict(obj: Any) -> Any:
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
         return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, enum.Enum):
+        return obj.value
     return obj
 
 
@@ -140,6 +143,12 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         return value
     if dataclasses.is_dataclass(tp):
         return _convert_dataclass(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise UserError(f"{where}: must be one of {', '.join(repr(m.value) for m in tp)}, "
+                            f"got {_show(value)}") from None
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise UserError(f"{where}: expected a list, got {type(value).__name__}")

@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 from omnitune import env, replan, statmodel, workload as workload_mod
-from omnitune.budget import EVALS, probe_test_size
+from omnitune.planning.budget import EVALS, probe_test_size
 from omnitune.emulator import emulator
 from omnitune.plan import Plan
 from omnitune.runspec import RunSpec
 from omnitune.runtime import checkpoint
 from omnitune.runtime.flat import momentum_vector
-from omnitune.statmodel import ProbeConfig, ProbeResult
+from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.workload import Workload, evaluate, first
 
 
@@ -64,13 +64,13 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
                        momentum_vector(start.state["optimizer"], wl.build_model()), start.iterations)
     curve: list[tuple[int, float]] = list(start.curve) if start else []
     losses: list[float] = []
-    note, k, eval_s = "", 0, 0.0
+    status, k, eval_s = ProbeStatus.TRAINED, 0, 0.0
     while k < len(points) and points[k] <= emu.it:
         k += 1
     while emu.it < max_iters:
         losses.append(emu.step())
         if not math.isfinite(losses[-1]):
-            note = "diverged"
+            status = ProbeStatus.DIVERGED
             break
         last = emu.it >= max_iters or time.perf_counter() - began > max_seconds
         if (k < len(points) and emu.it >= points[k]) or last:
@@ -82,11 +82,11 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
             if curve[-1][1] >= target or last:
                 break
             if on_eval(*curve[-1]):
-                note = "pruned"
+                status = ProbeStatus.PRUNED
                 break
     seconds = time.perf_counter() - began
-    r = summarise(cfg, curve, target, note, emu.mean_staleness, seconds, len(test))
-    r = replace(r, train_loss=tail_loss(losses) if note != "diverged" else None, iters=emu.it,
+    r = summarise(cfg, curve, target, status, emu.mean_staleness, seconds, len(test))
+    r = replace(r, train_loss=tail_loss(losses) if status != ProbeStatus.DIVERGED else None, iters=emu.it,
                 start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
     trained = (start.train_s if start else 0.0) + seconds - eval_s
     return r, Handoff(cfg, emu.checkpoint_state(), emu.it, trained, tuple(curve))
@@ -98,24 +98,24 @@ def tail_loss(losses: list[float]) -> float | None:
     return float(np.mean(losses[-max(1, len(losses) // 4):])) if losses else None
 
 
-def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, note: str,
+def summarise(cfg: ProbeConfig, curve: list[tuple[int, float]], target: float, status: ProbeStatus,
               mean_staleness: float, seconds: float, test_size: int | None = None) -> ProbeResult:
     iters = np.array([c[0] for c in curve], float)
     acc = np.array([c[1] for c in curve], float)
-    reached = statmodel.iters_to_target(iters, acc, target) if curve and note != "diverged" else None
-    estimate, interval, beyond = reached, None, 0.0
+    reached = statmodel.iters_to_target(iters, acc, target) if curve and status != ProbeStatus.DIVERGED else None
+    estimate, interval, beyond, note = reached, None, 0.0, status.value
     if reached is not None:
-        note = "reached"
+        status, note = ProbeStatus.TRAINED, "reached"
         fit = statmodel.extrapolate(iters, acc, target, test_size)
         interval = statmodel.reached_band(iters, acc, target, reached, fit, test_size)
-    elif note == "pruned":
+    elif status == ProbeStatus.PRUNED:
         estimate = None
-    elif note != "diverged" and curve:
+    elif status == ProbeStatus.TRAINED and curve:
         fit = statmodel.extrapolate(iters, acc, target, test_size)
         estimate, interval, beyond = fit.iters, fit.band, fit.beyond
         note = fit.note if estimate is not None else f"not reached in {int(iters[-1])} iterations ({fit.note})"
     return ProbeResult(cfg, estimate, reached is not None, tuple(curve), mean_staleness, seconds, note, interval,
-                       beyond=beyond if estimate is not None else 0.0)
+                       beyond=beyond if estimate is not None else 0.0, status=status)
 
 
 def eval_schedule(max_iters: int, evals: int) -> list[int]:

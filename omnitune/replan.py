@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from omnitune.optimizer import MU_STAR, OMNIVORE_MOMENTA
+from omnitune.planning.space import MU_STAR, OMNIVORE_MOMENTA
 from omnitune.runspec import RunSpec
 
 

@@ -16,6 +16,7 @@ third better.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
@@ -232,6 +233,14 @@ class ProbeConfig:
         return self.variant.samples_per_update(self.batches)
 
 
+class ProbeStatus(enum.Enum):
+    """How a probe ended. Its `note` says it in words, for people; code reads this."""
+    TRAINED = "trained"          # it trained to its cap or reached the target: its curve is read
+    DIVERGED = "diverged"        # its loss went non-finite
+    PRUNED = "pruned"            # the pruner stopped it, lagging the others at equal training time
+    CUT = "cut"                  # it could no longer beat the best time so far within its cap
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     config: ProbeConfig
@@ -246,6 +255,12 @@ class ProbeResult:
     iters: int = 0                   # iterations the probe trained
     start_loss: float | None = None  # training loss at the first iteration: the untrained model's
     beyond: float = 0.0              # how many probe lengths past its end the estimate lies (0: reached)
+    status: ProbeStatus = ProbeStatus.TRAINED
+
+    @property
+    def rankable(self) -> bool:
+        """Whether it may rank at all: neither diverged nor pruned."""
+        return self.status not in (ProbeStatus.DIVERGED, ProbeStatus.PRUNED)
 
     @property
     def ranks_by_time(self) -> bool:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnitune import budget
+from omnitune.planning import budget
 
 
 def test_a_tiny_job_gets_a_quick_search_within_its_floor():

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from omnitune import fleet, optimizer, plan as plan_mod
+from omnitune import fleet, planning, plan as plan_mod
 from omnitune.errors import UserError
 from omnitune.perfmodel import Shape
 from omnitune.protocols import Groups, Sync
@@ -83,8 +83,8 @@ def test_groups_replay_the_simulated_staleness(tmp_path):
 
 def test_a_simulated_plan_is_marked_and_run_refuses_it(tmp_path):
     f = fleet.load(spec(tmp_path, GOOD))
-    found = optimizer.search(f.profile, optimizer.Space(batch_sizes=(16, 32)), FakeProber(), hardware=f.hardware)
-    plan = optimizer.build_plan(found, f.profile, f.path, "lenet-digits", None, 0.9, 0, "now", f.description)
+    found = planning.search(f.profile, planning.Space(batch_sizes=(16, 32)), FakeProber(), hardware=f.hardware)
+    plan = planning.build_plan(found, f.profile, f.path, "lenet-digits", None, 0.9, 0, "now", f.description)
     assert plan.hardware_model == plan_mod.SIMULATED and plan.simulated_cluster == "16 × box"
     assert len(plan.spec.devices) <= 32
     plan_mod.save(plan, tmp_path / "plan.json")
@@ -99,13 +99,13 @@ def test_a_profiled_cluster_may_be_scored_by_the_simulator():
     from omnitune import profile as profile_mod
 
     prof = profile_mod.load(DATA / "profile-v3.json")
-    space = optimizer.Space(protocols=("sync", "groups"), batch_sizes=(32,))
-    analytic = optimizer.enumerate_setups(prof, space)
-    simulated = optimizer.enumerate_setups(prof, space, optimizer.profiled(prof, plan_mod.SIMULATED))
+    space = planning.Space(protocols=("sync", "groups"), batch_sizes=(32,))
+    analytic = planning.enumerate_setups(prof, space)
+    simulated = planning.enumerate_setups(prof, space, planning.profiled(prof, plan_mod.SIMULATED))
     assert [s.variant for s in analytic] == [s.variant for s in simulated]
     assert all(s.sec_per_iter > 0 for s in simulated)
     assert [s.staleness for s in analytic] == [s.staleness for s in simulated]       # measured, where measured
-    found = optimizer.search(prof, space, FakeProber(), hardware=optimizer.profiled(prof, plan_mod.SIMULATED))
-    plan = optimizer.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now",
+    found = planning.search(prof, space, FakeProber(), hardware=planning.profiled(prof, plan_mod.SIMULATED))
+    plan = planning.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now",
                                 hardware_model=plan_mod.SIMULATED)
     assert plan.hardware_model == plan_mod.SIMULATED and plan.simulated_cluster == ""

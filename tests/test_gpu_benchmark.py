@@ -128,8 +128,8 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     plan = dataclasses.replace(sample_plan, spec=make_spec("sync", [["cpu0", "cpu1"]]), layout="one-per-core")
     monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
     monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
-    monkeypatch.setattr(gpu.optimizer, "search", lambda *a, **k: None)
-    monkeypatch.setattr(gpu.optimizer, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(gpu.planning, "search", lambda *a, **k: None)
+    monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
     monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
     ran = []
 

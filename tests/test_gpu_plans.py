@@ -6,7 +6,7 @@ the GPU alone at batch 64 ran 5.6 ms an iteration; cuda0 beside two 8-thread wor
 
 import pytest
 
-from omnitune import optimizer, profile as profile_mod
+from omnitune import planning, profile as profile_mod
 from omnitune.perfmodel import Shape
 from omnitune.protocols import Sync
 from tests.conftest import DATA
@@ -24,7 +24,7 @@ def test_the_model_predicts_the_gpu_alone_and_puts_the_crowded_mixed_setup_far_b
     """The GPU's steps were timed beside 16 busy CPU workers (13.5 ms at batch 32, 6.1 at 128):
     the monotone envelope reads 6.1 ms at 64. Beside two 8-thread workers the GPU's process makes
     17 threads on 16 cores, and the model stretches the CPU workers' steps for it."""
-    hardware = optimizer.profiled(h200)
+    hardware = planning.profiled(h200)
     gpu, _ = hardware(Shape((("cuda0",),), {"cuda0": 64}, Sync(), "one-per-core"), 64)
     assert gpu == pytest.approx(GPU_ALONE_S, rel=0.30)
     mixed_batch = {"cuda0": 163, "cpu2x0": 15, "cpu2x1": 14}
@@ -39,8 +39,8 @@ def test_a_plan_made_here_from_the_h200_profile_uses_the_gpu_and_neither_slow_se
     from omnitune import workload
     from omnitune.probe import make_prober
     prober = make_prober(workload.load("shapes-resnet"), None, 0.9, 0)
-    found = optimizer.search(h200, optimizer.Space(), prober, budget_s=8.0)
-    plan = optimizer.build_plan(found, h200, str(H200), "shapes-resnet", None, 0.9, 0, "now")
+    found = planning.search(h200, planning.Space(), prober, budget_s=8.0)
+    plan = planning.build_plan(found, h200, str(H200), "shapes-resnet", None, 0.9, 0, "now")
     devices = set(plan.spec.batch_size)
     assert "cuda0" in devices
     assert devices != {"cuda0", "cpu2x0", "cpu2x1"}

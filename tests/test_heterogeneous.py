@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from omnitune import balance, optimizer, protocols
+from omnitune import balance, planning, protocols
 from omnitune.perfmodel import PerfModel
 from omnitune.plan import Planning
 from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
@@ -36,15 +36,15 @@ def ids(n):
 
 def test_unequal_speed_is_declared_beyond_the_noise_of_the_repeats(sample_profile, tmp_path):
     # Identical devices whose measurements wobble 12% either way across batch sizes: noise.
-    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1], spread=0.15, wobble=0.12), ids(2))
+    assert not planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1], spread=0.15, wobble=0.12), ids(2))
     # A device 1.5× slower, measured with the same noise: real.
-    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.5], spread=0.15), ids(2))
+    assert planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.5], spread=0.15), ids(2))
     # 5% apart with tight repeats is real too; with loose ones it is not.
-    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.01), ids(2))
-    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.2), ids(2))
+    assert planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.01), ids(2))
+    assert not planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.2), ids(2))
     # Profiles without spreads (schema 1-2): a fixed 10%.
-    assert not optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.0), ids(2))
-    assert optimizer.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.2], spread=0.0), ids(2))
+    assert not planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.05], spread=0.0), ids(2))
+    assert planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.2], spread=0.0), ids(2))
 
 
 def layouts(setups):
@@ -60,7 +60,7 @@ def layouts(setups):
 def test_a_device_is_left_out_only_where_the_hardware_model_runs_faster_without_it(
         sample_profile, tmp_path, factors, expected):
     prof = slowed(sample_profile, tmp_path, factors)
-    found = layouts(optimizer.enumerate_setups(prof, optimizer.Space(batch_sizes=(16, 32, 64))))
+    found = layouts(planning.enumerate_setups(prof, planning.Space(batch_sizes=(16, 32, 64))))
     assert {name: set(idle) for name, idle in found.items()} == expected
     for name, idle in found.items():
         assert all("samples per second without it" in why for why in idle.values())
@@ -70,8 +70,8 @@ def test_balanced_batches_that_leave_a_device_all_but_idle_are_not_offered(sampl
     """On the [1, 1, 6]× cluster balanced sync would give the slow device 2 of 96 at batch 32
     (the benchmark measured such a plan at twice the fastest device's time): no balanced setup
     gives any device under a tenth of the nominal batch, and the subset without it is offered."""
-    setups = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1, 6]),
-                                        optimizer.Space(protocols=("sync",), batch_sizes=(8, 32)))
+    setups = planning.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1, 6]),
+                                        planning.Space(protocols=("sync",), batch_sizes=(8, 32)))
     balanced = [s for s in setups if s.variant.balanced]
     assert balanced and all(min(map(min, s.batches)) >= balance.MIN_BALANCED_SHARE * s.batch for s in balanced)
     assert {s.batch for s in balanced} == {8}                    # at 32 the slow device would get 2
@@ -85,7 +85,7 @@ def test_cpus_beside_a_gpu_also_come_alone(sample_profile, tmp_path):
                                   layouts={"cluster": ("cpu0", "cpu1", "cuda0")})
     prof = dataclasses.replace(prof, cluster=cluster,
                                devices=prof.devices[:2] + (dataclasses.replace(prof.devices[2], device_id="cuda0"),))
-    found = layouts(optimizer.enumerate_setups(prof, optimizer.Space(batch_sizes=(32,))))
+    found = layouts(planning.enumerate_setups(prof, planning.Space(batch_sizes=(32,))))
     assert set(found["cluster: cuda only"]) == {"cpu0", "cpu1"} and set(found["cluster: cpu only"]) == {"cuda0"}
     assert "cluster" in found
 
@@ -105,15 +105,15 @@ def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
     staleness the probes replay is not g - 1 = 1 throughout, as it is for equal groups: mostly 0
     (the fast group's, with no update between), and about 4 for the slow one's. The mean stays
     g - 1 (every update ages the other groups' gradients in flight by one)."""
-    het = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 4]),
-                                     optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
-    same = optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1]),
-                                      optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
+    het = planning.enumerate_setups(slowed(sample_profile, tmp_path, [1, 4]),
+                                     planning.Space(protocols=("groups",), batch_sizes=(32,)))
+    same = planning.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1]),
+                                      planning.Space(protocols=("groups",), batch_sizes=(32,)))
     plain = next(s for s in het if s.layout == "cluster" and not s.variant.balanced)
     # Balanced, 4× slower would get 1 of 64 (balance.MIN_BALANCED_SHARE): not offered; 1.5× is.
     assert not any(s.variant.balanced for s in het if s.layout == "cluster")
-    balanced = next(s for s in optimizer.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1.5]),
-                                                          optimizer.Space(protocols=("groups",), batch_sizes=(32,)))
+    balanced = next(s for s in planning.enumerate_setups(slowed(sample_profile, tmp_path, [1, 1.5]),
+                                                          planning.Space(protocols=("groups",), batch_sizes=(32,)))
                     if s.layout == "cluster" and s.variant.balanced)
 
     def mean(h):
@@ -132,7 +132,7 @@ def test_unequal_groups_update_by_their_speed(sample_profile, tmp_path):
 def test_balanced_batches_apply_in_every_protocol(sample_profile, tmp_path, variant):
     perf = PerfModel.from_profile(slowed(sample_profile, tmp_path, [1, 3]))
     groups = variant.group(ids(2))
-    b = optimizer.device_batches(perf.compute, variant, groups, 32)
+    b = balance.device_batches(perf.compute, variant, groups, 32)
     assert b["cpu0"] > 2 * b["cpu1"] and sum(b.values()) == 64
 
 
@@ -140,7 +140,7 @@ def test_devices_alike_within_the_noise_get_equal_balanced_batches(sample_profil
     """Two identical cores whose measurements wobble 12% either way, beside one 6× slower: the two
     share one step model (perfmodel.pooled), so balancing splits evenly between them."""
     prof = slowed(sample_profile, tmp_path, [1, 1, 6], spread=0.15, wobble=0.12)
-    b = optimizer.device_batches(PerfModel.from_profile(prof).compute, Sync(balanced=True), (ids(3),), 32)
+    b = balance.device_batches(PerfModel.from_profile(prof).compute, Sync(balanced=True), (ids(3),), 32)
     assert abs(b["cpu0"] - b["cpu1"]) <= 1 and b["cpu2"] < b["cpu0"] / 3
 
 
@@ -151,12 +151,12 @@ def test_averages_are_weighted_by_samples():
 
 def test_the_plan_names_its_idle_devices(sample_profile, tmp_path):
     prof = slowed(sample_profile, tmp_path, [1, 1, 6])
-    setups = optimizer.enumerate_setups(prof, optimizer.Space(protocols=("sync",), batch_sizes=(32,)))
+    setups = planning.enumerate_setups(prof, planning.Space(protocols=("sync",), batch_sizes=(32,)))
     s = next(s for s in setups if s.idle)
     probe = ProbeResult(s.probe(0.1, 0.9), 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
-    found = optimizer.Search([optimizer.Scored(s.config(0.1, 0.9), s.sec_per_iter, probe)],
+    found = planning.Search([planning.Scored(s.config(0.1, 0.9), s.sec_per_iter, probe)],
                              Planning(1.0, 1, 10.0, True, "test"))
-    plan = optimizer.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    plan = planning.build_plan(found, prof, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.spec.device_ids == ("cpu0", "cpu1") and set(plan.idle) == {"cpu2"}
     assert "samples per second without it" in plan.idle["cpu2"]
 
@@ -174,7 +174,7 @@ def test_calibration_jobs_cover_groups_formed_by_speed(sample_profile, tmp_path)
     assert balance.speed_calibrations(list(slowed(sample_profile, tmp_path, [1, 4]).devices), 16) == []
     prof = slowed(sample_profile, tmp_path, [1, 1, 6])
     three = {v: (groups, b) for v, groups, b in balance.speed_calibrations(list(prof.devices), 16)}
-    fast = optimizer.speeds(prof, ids(3))
+    fast = planning.hardware.speeds(prof, ids(3))
     assert three[Groups(g=2)] == (protocols.by_speed(ids(3), fast, 2, False), {d: 16 for d in ids(3)})
     assert three[Groups(g=2)][0] == (("cpu0", "cpu1"), ("cpu2",))        # no in-order job: 3 % 2
     assert Groups(g=3) not in three                                    # g = 3 in order: its own job
@@ -193,10 +193,10 @@ def test_the_plan_takes_staleness_from_the_job_of_its_own_groups(sample_profile,
                            batches=((16, 16), (16,)))
     prof = dataclasses.replace(prof, calibration=(in_order, by_speed))
     shape = lambda v, groups: Shape(groups, {d: 16 for d in ids(3)}, v, "cluster")
-    assert optimizer.measured_staleness(prof, shape(Groups(g=2), (("cpu2",), ("cpu1", "cpu0"))), 32) == (8, 1, 1)
-    assert optimizer.measured_staleness(prof, shape(Groups(g=2), (("cpu0", "cpu2"), ("cpu1",))), 16) == ()
-    assert optimizer.measured_staleness(prof, shape(Groups(g=2, balanced=True), (("cpu0", "cpu1"), ("cpu2",))), 16) == ()
-    assert optimizer.measured_staleness(prof, shape(Groups(g=3), (("cpu0",), ("cpu1",), ("cpu2",))), 16) == (5, 5, 5)
+    assert planning.hardware.measured_staleness(prof, shape(Groups(g=2), (("cpu2",), ("cpu1", "cpu0"))), 32) == (8, 1, 1)
+    assert planning.hardware.measured_staleness(prof, shape(Groups(g=2), (("cpu0", "cpu2"), ("cpu1",))), 16) == ()
+    assert planning.hardware.measured_staleness(prof, shape(Groups(g=2, balanced=True), (("cpu0", "cpu1"), ("cpu2",))), 16) == ()
+    assert planning.hardware.measured_staleness(prof, shape(Groups(g=3), (("cpu0",), ("cpu1",), ("cpu2",))), 16) == (5, 5, 5)
 
 
 @pytest.mark.slow
@@ -215,7 +215,7 @@ def test_a_real_profile_measures_the_staleness_of_groups_formed_by_speed(tmp_pat
     for c in mine:
         (fast,), (slow,) = c.batches
         assert fast > slow and fast + slow == 2 * c.batch_size and sum(c.staleness) > 0
-    setups = optimizer.enumerate_setups(prof, optimizer.Space(protocols=("groups",), batch_sizes=(8,)))
+    setups = planning.enumerate_setups(prof, planning.Space(protocols=("groups",), batch_sizes=(8,)))
     balanced = next(s for s in setups if s.variant == Groups(g=2, balanced=True) and s.layout == "cluster")
     assert balanced.staleness == next(c for c in mine if c.protocol == "groups").staleness
 

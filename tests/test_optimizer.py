@@ -3,12 +3,14 @@ import math
 
 import pytest
 
-from omnitune import budget, optimizer
+from omnitune import balance, planning
+from omnitune.perfmodel import PerfModel
+from omnitune.planning import budget
 from omnitune.errors import UserError
 from omnitune.profile import Calibration
 from omnitune.protocols import Gossip, Groups, SoftSync, Sync
-from omnitune.statmodel import ProbeConfig, ProbeResult
-from omnitune.study import new_study
+from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
+from omnitune.planning.study import new_study
 
 BEST_LR = 0.003      # the fake workload's best effective learning rate: no fixed grid holds it
 
@@ -39,15 +41,15 @@ def fast_groups(profile):
 
 
 def test_setups_respect_pins(sample_profile):
-    space = optimizer.Space(protocols=("groups",), batch_sizes=(16,))
-    setups = optimizer.enumerate_setups(sample_profile, space)
+    space = planning.Space(protocols=("groups",), batch_sizes=(16,))
+    setups = planning.enumerate_setups(sample_profile, space)
     assert setups and all(isinstance(s.variant, Groups) and s.variant.groups >= 2 and s.batch == 16 for s in setups)
     assert all(s.sec_per_iter > 0 and s.samples_per_s > 0 for s in setups)
 
 
 def test_learning_rate_is_found_over_decades_then_refined(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), prober).scored
+    scored = planning.search(sample_profile, planning.Space(protocols=("sync",)), prober).scored
     sync_lrs = [cfg.lr for cfg, _ in prober.calls]
     assert sync_lrs[:4] == [0.1, 0.01, 0.001, 0.0001]                # Omnivore's decades first
     assert 0.0033 in sync_lrs or 0.003 in sync_lrs                   # refined: a third of a decade above 0.001
@@ -60,13 +62,13 @@ def test_batches_are_compared_before_the_rate_is_refined(sample_profile):
     the reference, every other batch at the best rate and the scaled one; the refinement last,
     half a decade either side of the best of those, at its setup."""
     prober = FakeProber()
-    optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), prober)
+    planning.search(sample_profile, planning.Space(protocols=("sync",)), prober)
     calls = [c for c, _ in prober.calls]
     ref = calls[0].batches
-    assert [c.lr for c in calls[:4]] == list(optimizer.LR_DECADES) and all(c.batches == ref for c in calls[:4])
+    assert [c.lr for c in calls[:4]] == list(planning.space.LR_DECADES) and all(c.batches == ref for c in calls[:4])
     *others, below, above = calls[4:]
-    setups = optimizer.enumerate_setups(sample_profile, optimizer.Space(protocols=("sync",)))
-    assert {c.batches for c in others} == {s.batches for s in setups if optimizer.faster_twin(s, setups) is None} - {ref}
+    setups = planning.enumerate_setups(sample_profile, planning.Space(protocols=("sync",)))
+    assert {c.batches for c in others} == {s.batches for s in setups if planning.space.faster_twin(s, setups) is None} - {ref}
     assert below.batches == above.batches and above.lr / below.lr == pytest.approx(9, rel=0.1)
     assert any(c.batches == below.batches and c.lr == pytest.approx(3 * below.lr, rel=0.05) for c in calls[:-2])
 
@@ -82,19 +84,19 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile, monkeypa
     Fails if OmnivoreLoop.cap divides by the setup's sec_per_iter instead of its probe cost, if
     run_probe's cap leaves out beat(), or if ordered() sorts by seconds per iteration first."""
     clock = {"t": 0.0}
-    monkeypatch.setattr(optimizer.OmnivoreLoop, "elapsed", lambda self: clock["t"])
+    monkeypatch.setattr(planning.phases.Spending, "elapsed", lambda self: clock["t"])
     prof, prober, starts = fast_groups(sample_profile), FakeProber(), []
 
     def timed(cfg, max_iters, max_seconds, on_eval=lambda it, acc: False, evals=16):
         starts.append(clock["t"])
         clock["t"] += 0.05
         return prober(cfg, max_iters, max_seconds, on_eval, evals)
-    scored = optimizer.search(prof, optimizer.Space(), timed).scored
-    setups = {(s.variant, s.batches): s for s in optimizer.enumerate_setups(prof, optimizer.Space())}
-    assert len(setups) == len(optimizer.enumerate_setups(prof, optimizer.Space()))   # a probe names its setup
+    scored = planning.search(prof, planning.Space(), timed).scored
+    setups = {(s.variant, s.batches): s for s in planning.enumerate_setups(prof, planning.Space())}
+    assert len(setups) == len(planning.enumerate_setups(prof, planning.Space()))   # a probe names its setup
     outcome = {s.probe.config: s for s in scored if s.probe}       # what the search made of each probe
-    scouts = [c for c, _ in prober.calls[:len(optimizer.LR_DECADES)]]
-    assert [c.lr for c in scouts] == list(optimizer.LR_DECADES) and len({c.batches for c in scouts}) == 1
+    scouts = [c for c, _ in prober.calls[:len(planning.space.LR_DECADES)]]
+    assert [c.lr for c in scouts] == list(planning.space.LR_DECADES) and len({c.batches for c in scouts}) == 1
     best, by_budget, by_beat = math.inf, 0, 0
     for i, ((cfg, cap), t) in enumerate(zip(prober.calls, starts)):
         s = setups[cfg.variant, cfg.batches]
@@ -119,14 +121,14 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile, monkeypa
 def test_no_reachable_target_is_a_clear_error(sample_profile):
     def never(cfg, max_iters, max_seconds, on_eval=None, evals=16):
         return ProbeResult(cfg, None, False, ((max_iters, 0.1),), 0.0, 0.0, "not reached in 10 iterations")
-    found = optimizer.search(sample_profile, optimizer.Space(lrs=(0.05,), batch_sizes=(16,)), never)
+    found = planning.search(sample_profile, planning.Space(lrs=(0.05,), batch_sizes=(16,)), never)
     with pytest.raises(UserError, match="no probe reached it.*not reached in 10 iterations"):
-        optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+        planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
 
 
 def test_plan_from_search_is_valid(sample_profile):
-    found = optimizer.search(fast_groups(sample_profile), optimizer.Space(), FakeProber())
-    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    found = planning.search(fast_groups(sample_profile), planning.Space(), FakeProber())
+    plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.prediction.time_to_target_s == pytest.approx(found.scored[0].time_to_target_s)
     assert len(plan.candidates) == len(found.scored)
     assert plan.implicit_momentum == pytest.approx(plan.spec.variant.implicit_momentum())
@@ -136,12 +138,12 @@ def test_plan_from_search_is_valid(sample_profile):
 def test_same_seed_same_plan_with_real_probes(sample_profile, digits):
     from omnitune.probe import make_prober
     wl, _, _ = digits
-    space = optimizer.Space(protocols=("sync", "groups"), batch_sizes=(32,), lrs=(0.05, 0.1), momentum=0.5)
+    space = planning.Space(protocols=("sync", "groups"), batch_sizes=(32,), lrs=(0.05, 0.1), momentum=0.5)
     plans = []
     for _ in range(2):
-        found = optimizer.search(sample_profile, space, make_prober(wl, None, 0.9, seed=7), max_probe_iters=300,
+        found = planning.search(sample_profile, space, make_prober(wl, None, 0.9, seed=7), max_probe_iters=300,
                                  budget_s=600)       # ample: no probe meets the wall-clock guard on a slow machine
-        plans.append(optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 7, "now"))
+        plans.append(planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 7, "now"))
     # Probe lengths are iteration caps, so the same probes give the same plan; only the seconds differ.
     assert dataclasses.replace(plans[0], planning=None) == dataclasses.replace(plans[1], planning=None)
     assert plans[0].planning.probes == plans[1].planning.probes
@@ -149,7 +151,7 @@ def test_same_seed_same_plan_with_real_probes(sample_profile, digits):
 
 def test_a_rung_probes_values_at_most_the_previous_optimum(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(fast_groups(sample_profile), optimizer.Space(protocols=("sync", "groups")), prober).scored
+    scored = planning.search(fast_groups(sample_profile), planning.Space(protocols=("sync", "groups")), prober).scored
     kinds = [type(c.variant) for c, _ in prober.calls]
     assert Groups in kinds and kinds.index(Groups) > max(i for i, k in enumerate(kinds) if k is Sync)
     best = min((x for x in scored if isinstance(x.config.variant, Sync) and x.probe and x.iters),
@@ -170,7 +172,7 @@ def test_rudras_rule_gets_its_base_rate_raised(sample_profile, tmp_path):
     cal = tuple(Calibration("cluster", f"softsync/n={n}", 4, 32, t) for n, t in ((1, 4e-3), (2, 1e-3), (4, 1e-4)))
     prof = dataclasses.replace(prof, calibration=cal)
     prober = FakeProber()
-    optimizer.search(prof, optimizer.Space(protocols=("softsync",), batch_sizes=(32,)), prober)
+    planning.search(prof, planning.Space(protocols=("softsync",), batch_sizes=(32,)), prober)
     by_n = {n: {c.lr for c, _ in prober.calls if c.variant.n == n} for n in (2, 4)}
     assert SoftSync(learners=4, n=4).lr_gain == 3 and by_n[4]
     assert max(by_n[4]) == pytest.approx(3 * max(by_n[2]), rel=0.01)
@@ -182,10 +184,10 @@ def test_settings_at_least_as_large_as_a_divergence_are_skipped(sample_profile):
     def diverges_above(cfg, max_iters, max_seconds, on_eval=None, evals=16):
         calls.append(cfg)
         if isinstance(cfg.variant, Groups) and cfg.momentum >= 0.3:
-            return ProbeResult(cfg, None, False, (), 1.0, 0.0, "diverged")
+            return ProbeResult(cfg, None, False, (), 1.0, 0.0, "diverged", status=ProbeStatus.DIVERGED)
         return ProbeResult(cfg, 100.0, True, ((100, 0.95),), 0.0, 0.0, "reached")
-    space = optimizer.Space(protocols=("sync", "groups"), lrs=(0.05,), batch_sizes=(32,))
-    optimizer.search(fast_groups(sample_profile), space, diverges_above)
+    space = planning.Space(protocols=("sync", "groups"), lrs=(0.05,), batch_sizes=(32,))
+    planning.search(fast_groups(sample_profile), space, diverges_above)
     g2 = [c.momentum for c in calls if isinstance(c.variant, Groups)]
     assert g2[0] == pytest.approx(0.4)            # the rule's momentum, 0.4, is tried first and diverges
     assert not [m for m in g2[1:] if m >= g2[0]], g2    # so 0.6 and 0.9 are never tried
@@ -197,7 +199,7 @@ def test_a_ladder_stops_when_samples_per_second_do_not_improve(sample_profile):
     slow = tuple(Calibration("one-per-core", "groups", 2, b, 1.0) for b in (8, 32))
     prof = dataclasses.replace(sample_profile, calibration=slow)
     prober, logs = FakeProber(), []
-    scored = optimizer.search(prof, optimizer.Space(protocols=("sync", "groups")), prober, log=logs.append).scored
+    scored = planning.search(prof, planning.Space(protocols=("sync", "groups")), prober, log=logs.append).scored
     assert all(isinstance(cfg.variant, Sync) for cfg, _ in prober.calls)
     assert any("stop adding asynchrony" in m for m in logs)
     assert any("stop adding asynchrony" in s.note for s in scored if isinstance(s.config.variant, Groups))
@@ -206,16 +208,16 @@ def test_a_ladder_stops_when_samples_per_second_do_not_improve(sample_profile):
 def test_interrupted_search_resumes_from_storage(sample_profile, tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     first = FakeProber()
-    a = optimizer.search(sample_profile, optimizer.Space(), first, budget_s=600, study=new_study(storage, "s")).scored
+    a = planning.search(sample_profile, planning.Space(), first, budget_s=600, study=new_study(storage, "s")).scored
     again = FakeProber()
-    b = optimizer.search(sample_profile, optimizer.Space(), again, budget_s=600, study=new_study(storage, "s")).scored
+    b = planning.search(sample_profile, planning.Space(), again, budget_s=600, study=new_study(storage, "s")).scored
     assert first.calls and not again.calls            # every probe came back from the study
     assert [(s.config, s.iters) for s in a] == [(s.config, s.iters) for s in b]
 
 
 def test_budget_stops_probing(sample_profile):
     prober = FakeProber()
-    scored = optimizer.search(sample_profile, optimizer.Space(), prober, budget_s=0.0).scored
+    scored = planning.search(sample_profile, planning.Space(), prober, budget_s=0.0).scored
     assert len(prober.calls) <= 1 and any("budget" in s.note for s in scored)
 
 
@@ -224,9 +226,9 @@ def test_a_probe_that_would_overrun_the_budget_is_not_started(sample_profile, mo
     """Probes take the time the profile predicts (a fake clock): planning ends within its budget,
     the scouts' fixed one included, instead of starting a last probe just before it runs out."""
     clock = {"t": 0.0}
-    monkeypatch.setattr(optimizer.OmnivoreLoop, "elapsed", lambda self: clock["t"])
+    monkeypatch.setattr(planning.phases.Spending, "elapsed", lambda self: clock["t"])
     cost = {}
-    for s in optimizer.enumerate_setups(sample_profile, optimizer.Space()):
+    for s in planning.enumerate_setups(sample_profile, planning.Space()):
         key = (s.variant, s.probe(0.1, 0.0).batches)
         cost[key] = max(cost.get(key, 0.0), s.probe_sec_per_iter)
 
@@ -235,7 +237,7 @@ def test_a_probe_that_would_overrun_the_budget_is_not_started(sample_profile, mo
         loss = 1.0 + abs(math.log10(cfg.lr / 0.1))
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), slow, budget_s=budget_s)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",)), slow, budget_s=budget_s)
     assert found.planning.probes >= 1 and clock["t"] <= found.planning.budget_s
     assert any("budget" in s.note for s in found.scored)
 
@@ -261,12 +263,12 @@ def test_lagging_probes_are_pruned(sample_profile):
                 return ProbeResult(cfg, float(it), True, ((it, acc),), 0.0, 0.0, "reached")
             if on_eval(it, acc):
                 runs[cfg] = (max_iters, it)
-                return ProbeResult(cfg, None, False, ((it, acc),), 0.0, 0.0, "pruned")
+                return ProbeResult(cfg, None, False, ((it, acc),), 0.0, 0.0, "pruned", status=ProbeStatus.PRUNED)
         runs[cfg] = (max_iters, max_iters)
         return ProbeResult(cfg, None, False, ((max_iters, acc),), 0.0, 0.0, "not reached")
-    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(16, 32),
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(16, 32),
                             lrs=(0.1, 0.001, 0.03, 0.0003, 0.01, 0.0001))
-    scored = optimizer.search(sample_profile, space, slow_learner, budget_s=60.0).scored
+    scored = planning.search(sample_profile, space, slow_learner, budget_s=60.0).scored
     pruned = {s.probe.config for s in scored if s.probe and s.probe.note == "pruned: lagging the median"}
     lagging = [cfg for cfg in runs if cfg.lr < 0.01]                  # in the order they ran
     assert pruned and pruned == set(lagging[1:])
@@ -277,7 +279,7 @@ def test_lagging_probes_are_pruned(sample_profile):
 def test_every_protocol_has_its_own_probe(sample_profile):
     """Groups at g = 2, hpsgd and gossip no longer share one statistical estimate, and a probe
     trains each device's batch as that device does."""
-    setups = optimizer.enumerate_setups(sample_profile, optimizer.Space(batch_sizes=(16, 32)))
+    setups = planning.enumerate_setups(sample_profile, planning.Space(batch_sizes=(16, 32)))
     probes = {(s.layout, s.variant.label, s.batch): s.probe(0.05, 0.4) for s in setups}
     per_core = [p for (layout, _, b), p in probes.items() if layout == "one-per-core" and b == 16]
     assert len(per_core) == len(set(per_core))
@@ -290,7 +292,7 @@ def test_balanced_batches_favour_the_faster_device(sample_profile):
     perf = PerfModel.from_profile(sample_profile)
     slow = ComputeModel(perf.compute["cpu1"].batches, perf.compute["cpu1"].seconds * 3)
     perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
-    b = optimizer.device_batches(perf.compute, Sync(balanced=True), (("cpu0", "cpu1"),), 32)
+    b = balance.device_batches(perf.compute, Sync(balanced=True), (("cpu0", "cpu1"),), 32)
     assert b["cpu0"] > b["cpu1"] and b["cpu0"] + b["cpu1"] == 64
 
 
@@ -305,15 +307,15 @@ def test_when_no_scout_can_predict_probes_train_equally_long_and_rank_by_loss(sa
         loss = 1.0 + abs(math.log10(cfg.lr / 0.1)) + 100.0 / max_iters      # more iterations, lower loss
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), loss_only)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",)), loss_only)
     assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
     assert [c.lr for c, _, _ in calls[:3]] == [0.1, 0.01, 1.0]     # decades stop at the first worse one
-    setups = {s.probe(c.lr, c.momentum): s for s in optimizer.enumerate_setups(sample_profile, optimizer.Space())
+    setups = {s.probe(c.lr, c.momentum): s for s in planning.enumerate_setups(sample_profile, planning.Space())
               for c, _, _ in calls}
     trained = [cap * setups[c].sec_per_iter for c, cap, _ in calls if cap > budget.MIN_PROBE_ITERS]
     assert trained and max(trained) == pytest.approx(min(trained), rel=0.2)
     assert all(evals <= budget.RANKING_EVALS for _, _, evals in calls[3:])
-    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
     losses = [s.probe.train_loss for s in found.scored if s.probe]
     assert plan.spec.lr == 0.1 and plan.prediction.time_to_target_s is None
     assert found.scored[0].probe.train_loss == min(losses)
@@ -330,18 +332,18 @@ def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
                         (40.0 * max_iters, 60.0 * max_iters) if far else None, beyond=50.0 if far else 0.0)
         return dataclasses.replace(r, train_loss=1.0 + abs(math.log10(cfg.lr / 0.1)), iters=max_iters,
                                    start_loss=2.3)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), far_guess)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",), batch_sizes=(32,)), far_guess)
     assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
     assert found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
     # Within the evidence the same guess would rank by time, and win; not when refits of its curve
     # say it may never come true (a band with no top).
     near = lambda *a, **k: dataclasses.replace(far_guess(*a, **k), beyond=5.0)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), near)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",), batch_sizes=(32,)), near)
     assert not found.ranked and 0.005 < found.scored[0].config.lr < 0.05
     def open_band(*a, **k):
         r = near(*a, **k)
         return dataclasses.replace(r, interval=(r.interval[0], math.inf)) if r.interval else r
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), open_band)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",), batch_sizes=(32,)), open_band)
     assert found.ranked and found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
 
 
@@ -358,7 +360,7 @@ def test_ranking_by_loss_skips_setups_too_slow_for_equal_training_time(sample_pr
         seen = max_iters * cfg.samples_per_update                  # more samples seen, lower loss
         r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
         return dataclasses.replace(r, train_loss=1.0 / (1.0 + seen / 1000), iters=max_iters, start_loss=2.3)
-    found = optimizer.search(slow, optimizer.Space(protocols=("sync",), layouts=("one-worker",), lrs=(0.1,),
+    found = planning.search(slow, planning.Space(protocols=("sync",), layouts=("one-worker",), lrs=(0.1,),
                                                    batch_sizes=(8, 16, 64)), by_samples)
     assert found.ranked
     skipped = [s for s in found.scored if "no fair comparison by loss" in s.note]
@@ -374,16 +376,16 @@ def test_a_longer_probe_of_the_winner_predicts_its_time(sample_profile):
         r = ProbeResult(cfg, 30_000.0 if predicts else None, False, ((max_iters, 0.5),), 0.0, 1e-4 * max_iters,
                         "extrapolated" if predicts else "not reached", (25_000.0, 40_000.0) if predicts else None)
         return dataclasses.replace(r, train_loss=1.0 + abs(math.log10(cfg.lr / 0.1)), iters=max_iters)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",)), needs_long_curves)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",)), needs_long_curves)
     assert found.ranked and found.scored[0].time_to_target_s is None
-    longer = optimizer.predict(found, needs_long_curves, seconds=3.0)         # 1e-4 s per iteration: 30,000
+    longer = planning.predict(found, needs_long_curves, seconds=3.0)         # 1e-4 s per iteration: 30,000
     best = longer.scored[0]
     assert best.config == found.scored[0].config and best.iters == 30_000.0
     assert longer.planning.probes == found.planning.probes + 1 and "predict" in longer.planning.reason
-    plan = optimizer.build_plan(longer, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    plan = planning.build_plan(longer, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
     assert plan.prediction.time_to_target_s == pytest.approx(30_000 * best.sec_per_iter)
     assert plan.candidates[0].iters_band == (25_000.0, 40_000.0)
-    assert optimizer.predict(found, needs_long_curves, seconds=0.0) is found
+    assert planning.predict(found, needs_long_curves, seconds=0.0) is found
 
 
 class Continuing:
@@ -417,16 +419,16 @@ def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sa
         batch = cfg.samples_per_update
         return 1.0 + abs(math.log10(cfg.lr / 0.01)) + (10 / batch if went_on else batch / 100)
     prober = Continuing(loss)
-    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32, 128),
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32, 128),
                             lrs=(0.01, 0.1))
-    found = optimizer.search(sample_profile, space, prober)
-    assert found.ranked and len(prober.went_on) == optimizer.FINALISTS
+    found = planning.search(sample_profile, space, prober)
+    assert found.ranked and len(prober.went_on) == planning.final.FINALISTS
     # the best rate of each of the two best setups (batch 8 and 32, not batch 8 at another rate)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
-    assert all(total >= optimizer.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
+    assert all(total >= planning.final.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
     assert found.scored[0].config.batch == 32 and "trained on" in found.planning.reason
     # A prober that keeps no hand-offs: no final round, the probes' ranking stands.
-    assert optimizer.search(sample_profile, space, prober.without_handoffs()).scored[0].config.batch == 8
+    assert planning.search(sample_profile, space, prober.without_handoffs()).scored[0].config.batch == 8
 
 
 def test_each_finalist_setup_goes_on_at_its_own_lowest_loss(sample_profile):
@@ -434,10 +436,10 @@ def test_each_finalist_setup_goes_on_at_its_own_lowest_loss(sample_profile):
     rate: the round compares setups, not one setup's tie-won rate with another's lower one."""
     prober = Continuing(lambda cfg, went_on: 1.0 + 0.05 * math.log10(cfg.lr / 0.01)      # 0.1 ties 0.01
                         + cfg.samples_per_update / 1000)
-    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
-    top = optimizer.search(sample_profile, space, prober.without_handoffs()).scored[0].config
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
+    top = planning.search(sample_profile, space, prober.without_handoffs()).scored[0].config
     assert (top.batch, top.lr) == (8, 0.1)                         # the search's tie went to the larger rate
-    optimizer.search(sample_profile, space, prober)
+    planning.search(sample_profile, space, prober)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
 
 
@@ -447,8 +449,8 @@ def test_finalists_that_tie_go_to_the_larger_learning_rate(sample_profile):
     twice as long to the target)."""
     table = {(8, 0.01): (1.0, 1.0), (8, 0.1): (1.5, 1.5), (32, 0.01): (1.6, 1.6), (32, 0.1): (1.15, 1.02)}
     prober = Continuing(lambda cfg, went_on: table[cfg.samples_per_update, cfg.lr][went_on])
-    space = optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
-    found = optimizer.search(sample_profile, space, prober)
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32), lrs=(0.01, 0.1))
+    found = planning.search(sample_profile, space, prober)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.1)]
     assert (found.scored[0].config.batch, found.scored[0].config.lr) == (32, 0.1)
 
@@ -456,14 +458,14 @@ def test_finalists_that_tie_go_to_the_larger_learning_rate(sample_profile):
 def test_losses_that_tie_go_to_the_larger_learning_rate():
     """Short-horizon bias: a loss within LOSS_TIE of the best (of the loss, and of the progress
     from the untrained loss) ties with it, and the larger effective learning rate wins the tie."""
-    keys = optimizer.long_horizon_keys([((1, 0.272), 0.01, 2.3), ((1, 0.297), 0.12, 2.3), ((1, 0.409), 0.1, 2.3)])
+    keys = planning.ranking.long_horizon_keys([((1, 0.272), 0.01, 2.3), ((1, 0.297), 0.12, 2.3), ((1, 0.409), 0.1, 2.3)])
     assert keys.index(min(keys)) == 1                              # 0.297 is within 10% of 0.272
     assert keys[2] > keys[0] > keys[1]                             # 0.409 is not a tie: it ranks by loss
     # Near chance (untrained 2.30): 2.33 did not learn at all; a tie on the loss alone would pick it.
-    keys = optimizer.long_horizon_keys([((1, 2.188), 0.1, 2.30), ((1, 2.33), 1.0, 2.30), ((1, 2.19), 0.3, 2.31)])
+    keys = planning.ranking.long_horizon_keys([((1, 2.188), 0.1, 2.30), ((1, 2.33), 1.0, 2.30), ((1, 2.19), 0.3, 2.31)])
     assert keys.index(min(keys)) == 2 and keys[1] > keys[0]
     # A reached time ranks before any loss; a probe that cannot rank stays None.
-    keys = optimizer.long_horizon_keys([((1, 0.1), 1.0, 2.3), ((0, 5.0), 0.01, None), (None, 0.5, None)])
+    keys = planning.ranking.long_horizon_keys([((1, 0.1), 1.0, 2.3), ((0, 5.0), 0.01, None), (None, 0.5, None)])
     assert keys[1] < keys[0] and keys[2] is None
 
 
@@ -473,7 +475,7 @@ def test_ranked_search_prefers_the_larger_of_tied_learning_rates(sample_profile)
         loss = 0.30 + 0.05 * abs(math.log10(cfg.lr / 0.01))          # best at 0.01; 0.03 within 10%
         r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
         return dataclasses.replace(r, train_loss=loss, iters=max_iters, start_loss=2.3)
-    found = optimizer.search(sample_profile, optimizer.Space(protocols=("sync",), batch_sizes=(32,)), loss_only)
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",), batch_sizes=(32,)), loss_only)
     assert found.ranked
     best = min(s.probe.train_loss for s in found.scored if s.probe)
     assert found.scored[0].config.lr > 0.01 and found.scored[0].probe.train_loss <= 1.1 * best
@@ -491,7 +493,7 @@ def linked_at(profile, mbit: float, model_bytes: int = 1_326_120):
     return dataclasses.replace(profile, model_bytes=model_bytes, network=net, calibration=())
 
 
-def bytes_per_sample(c: optimizer.Config, model_bytes: int) -> float:
+def bytes_per_sample(c: planning.Config, model_bytes: int) -> float:
     """Bytes across the link per training sample: a model each way per exchange (an all-reduce
     of every device's batch, a group's push and pull, a gossip swap every `every` steps)."""
     devices = sum(len(g) for g in c.groups)
@@ -511,7 +513,7 @@ def test_the_plan_moves_fewer_bytes_per_sample_on_a_slow_link(sample_profile):
     chosen = {}
     for mbit in (100_000.0, 20.0):
         prof = linked_at(sample_profile, mbit)
-        found = optimizer.search(prof, optimizer.Space(layouts=("one-per-core",)), FakeProber(), budget_s=60.0)
+        found = planning.search(prof, planning.Space(layouts=("one-per-core",)), FakeProber(), budget_s=60.0)
         chosen[mbit] = found.scored[0].config
     fast, slow = (bytes_per_sample(chosen[m], 1_326_120) for m in (100_000.0, 20.0))
     assert chosen[20.0] != chosen[100_000.0] and slow < fast, chosen
@@ -531,7 +533,7 @@ def test_scouts_run_where_they_train_enough_iterations(sample_profile):
         seen.append(cfg.batches)
         r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
         return dataclasses.replace(r, train_loss=1.0, iters=max_iters, start_loss=2.3)
-    optimizer.search(slow, optimizer.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 16, 64)),
+    planning.search(slow, planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 16, 64)),
                      recording)
     assert seen[0] == ((8,),) and seen.count(((8,),)) >= budget.SCOUTS
 
@@ -539,19 +541,19 @@ def test_scouts_run_where_they_train_enough_iterations(sample_profile):
 def test_a_sync_setup_with_a_faster_twin_is_not_probed(sample_profile):
     """Sync setups with as many samples per update make the same updates: only the faster is
     probed, and the slower is listed with the reason."""
-    space = optimizer.Space(protocols=("sync",), batch_sizes=(16, 32), lrs=(0.05,))
-    setups = optimizer.enumerate_setups(sample_profile, space)
+    space = planning.Space(protocols=("sync",), batch_sizes=(16, 32), lrs=(0.05,))
+    setups = planning.enumerate_setups(sample_profile, space)
     pairs = {(s.layout, s.batch): s for s in setups}
     worker, cores = pairs[("one-worker", 32)], pairs[("one-per-core", 16)]      # 32 samples an update each
     slower, faster = sorted((worker, cores), key=lambda s: s.sec_per_iter)[::-1]
-    assert optimizer.faster_twin(slower, setups) is faster and optimizer.faster_twin(faster, setups) is None
-    assert optimizer.faster_twin(pairs[("one-worker", 16)], setups) is None            # no other 16
+    assert planning.space.faster_twin(slower, setups) is faster and planning.space.faster_twin(faster, setups) is None
+    assert planning.space.faster_twin(pairs[("one-worker", 16)], setups) is None            # no other 16
     probed = []
 
     def prober(cfg, max_iters, max_seconds, on_eval=None, evals=16):
         probed.append(cfg.batches)
         return ProbeResult(cfg, 100.0, True, ((100, 0.95),), 0.0, 0.1, "reached")
-    found = optimizer.search(sample_profile, space, prober)
+    found = planning.search(sample_profile, space, prober)
     assert slower.probe(0.05, 0.9).batches not in probed and faster.probe(0.05, 0.9).batches in probed
     notes = [s.note for s in found.scored if (s.config.layout, s.config.batch) == (slower.layout, slower.batch)]
     assert any(n.startswith(f"not probed: the same updates as {faster.layout} at batch {faster.batch}") for n in notes)
@@ -562,10 +564,10 @@ def test_a_probe_on_one_device_alone_costs_what_its_calibration_job_timed():
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v1-calibrated.json")
-    space = optimizer.Space(batch_sizes=(16, 64), protocols=("sync",))
+    space = planning.Space(batch_sizes=(16, 64), protocols=("sync",))
 
     def costs(p) -> dict:
-        return {(s.layout, s.batch): s.probe_sec_per_iter for s in optimizer.enumerate_setups(p, space)}
+        return {(s.layout, s.batch): s.probe_sec_per_iter for s in planning.enumerate_setups(p, space)}
     before = costs(prof)
     loop = {16: 0.0031, 64: 0.0045}                  # the runtime's loop on both cores, above the bare steps
     timed = dataclasses.replace(prof, calibration=prof.calibration + tuple(
@@ -590,8 +592,8 @@ class FakeTimer:
 
 
 def unmeasured(profile):
-    perf = optimizer.PerfModel.from_profile(profile)
-    return lambda c: not optimizer.measured_shape(perf, c)
+    perf = PerfModel.from_profile(profile)
+    return lambda c: not planning.measured_shape(perf, c)
 
 
 def setup_of(c):
@@ -599,10 +601,10 @@ def setup_of(c):
 
 
 def model_speeds(profile, space):
-    return {setup_of(s.config(0.1, 0.9)): s.sec_per_iter for s in optimizer.enumerate_setups(profile, space)}
+    return {setup_of(s.config(0.1, 0.9)): s.sec_per_iter for s in planning.enumerate_setups(profile, space)}
 
 
-SYNC_TWO = optimizer.Space(protocols=("sync",), layouts=("one-per-core",), batch_sizes=(16, 32, 64, 128))
+SYNC_TWO = planning.Space(protocols=("sync",), layouts=("one-per-core",), batch_sizes=(16, 32, 64, 128))
 
 
 def test_setups_the_model_puts_above_every_measured_one_are_timed_before_the_search(sample_profile):
@@ -614,14 +616,14 @@ def test_setups_the_model_puts_above_every_measured_one_are_timed_before_the_sea
     Fails if time_fastest is skipped (the model's figure wins), or times a setup the model puts
     below a measured one."""
     model = model_speeds(sample_profile, SYNC_TWO)
-    before = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
+    before = planning.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
     slow = setup_of(before.config)
     assert unmeasured(sample_profile)(before.config)
     timer = FakeTimer(sec=lambda c: (10 if setup_of(c) == slow else 1) * model[setup_of(c)])
-    found = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=timer)
+    found = planning.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=timer)
     timed = [setup_of(c) for c in timer.calls]
-    assert len(set(timed)) == len(timed) <= optimizer.MAX_TIMED and slow in timed
-    setups = {setup_of(s.config(0.1, 0.9)): s for s in optimizer.enumerate_setups(sample_profile, SYNC_TWO)}
+    assert len(set(timed)) == len(timed) <= planning.timed.MAX_TIMED and slow in timed
+    setups = {setup_of(s.config(0.1, 0.9)): s for s in planning.enumerate_setups(sample_profile, SYNC_TWO)}
     measured_best = max((s.samples_per_s for s in setups.values() if not unmeasured(sample_profile)(s.config(0.1, 0.9))),
                         default=0.0)
     assert all(setups[k].samples_per_s > measured_best for k in timed)
@@ -635,31 +637,31 @@ def test_setups_the_model_puts_above_every_measured_one_are_timed_before_the_sea
 
 def test_a_timed_setup_that_runs_as_predicted_wins_and_the_plan_keeps_both_figures(sample_profile):
     model = model_speeds(sample_profile, SYNC_TWO)
-    before = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
-    found = optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0,
+    before = planning.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0).scored[0]
+    found = planning.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0,
                              timer=FakeTimer(sec=lambda c: 1.05 * model[setup_of(c)]))
     assert setup_of(found.scored[0].config) == setup_of(before.config)
-    plan = optimizer.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
+    plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.9, 0, "now")
     assert plan.hardware_model == "measured"
     assert plan.prediction.sec_per_iter == pytest.approx(1.05 * plan.prediction.model_sec_per_iter)
     assert plan.candidates[0].model_sec_per_iter == plan.prediction.model_sec_per_iter
 
 
 def test_a_setup_whose_timing_job_fails_is_left_out(sample_profile):
-    space = optimizer.Space(protocols=("sync",), batch_sizes=(16, 64))
+    space = planning.Space(protocols=("sync",), batch_sizes=(16, 64))
     timer = FakeTimer(sec=None)
-    found = optimizer.search(sample_profile, space, FakeProber(), budget_s=60.0, timer=timer)
+    found = planning.search(sample_profile, space, FakeProber(), budget_s=60.0, timer=timer)
     failed = {setup_of(c) for c in timer.calls}
     assert failed and not failed & {setup_of(s.config) for s in found.scored}
     with pytest.raises(UserError, match="every configuration's timing job failed"):
-        optimizer.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=FakeTimer(sec=None))
+        planning.search(sample_profile, SYNC_TWO, FakeProber(), budget_s=60.0, timer=FakeTimer(sec=None))
 
 
 def test_a_leader_whose_speed_was_calibrated_is_not_timed(sample_profile):
     cal = tuple(Calibration("one-per-core", "sync", 1, b, 1e-3 * b / 8) for b in (8, 32, 128))
     prof = dataclasses.replace(sample_profile, calibration=cal)
     timer = FakeTimer(sec=1.0)
-    found = optimizer.search(prof, optimizer.Space(protocols=("sync",), layouts=("one-per-core",)), FakeProber(),
+    found = planning.search(prof, planning.Space(protocols=("sync",), layouts=("one-per-core",)), FakeProber(),
                              timer=timer)
     assert found.scored[0].probe is not None and not unmeasured(prof)(found.scored[0].config)
     assert timer.calls == []
@@ -677,15 +679,15 @@ def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_
         loss = 1.0 + abs(math.log10(cfg.lr / 0.1)) + 100.0 / max_iters      # more iterations, lower loss
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters)
-    space = optimizer.Space(protocols=("sync",), layouts=("one-per-core",))
-    before = optimizer.search(sample_profile, space, loss_only)
+    space = planning.Space(protocols=("sync",), layouts=("one-per-core",))
+    before = planning.search(sample_profile, space, loss_only)
     leader = before.scored[0]
     assert before.ranked and unmeasured(sample_profile)(leader.config)
     calls.clear()
     model = model_speeds(sample_profile, space)
     timer = FakeTimer(sec=lambda c: (3 if setup_of(c) == setup_of(leader.config) else 1) * model[setup_of(c)])
-    monkeypatch.setattr(optimizer, "time_fastest", lambda setups, *a, **k: setups)   # a leader it did not reach
-    found = optimizer.search(sample_profile, space, loss_only, timer=timer)
+    monkeypatch.setattr(planning.omnivore, "time_fastest", lambda setups, *a, **k: setups)   # a leader it did not reach
+    found = planning.search(sample_profile, space, loss_only, timer=timer)
     retrained = [cap for cfg, cap in calls if cfg == leader.probe.config]
     assert len(retrained) == 2 and retrained[1] == pytest.approx(retrained[0] / 3, rel=0.05)
     again = next(s for s in found.scored if s.config == leader.config)

@@ -1,5 +1,6 @@
 from omnitune.probe import ProbeConfig, eval_schedule, make_prober, run_probe
 from omnitune.protocols import Gossip, Groups, SoftSync, Sync
+from omnitune.statmodel import ProbeStatus
 
 
 def test_probe_reaches_a_modest_target(digits):
@@ -23,7 +24,7 @@ def test_probe_staleness_follows_the_protocol(digits):
 def test_probe_reports_divergence(digits):
     wl, train, test = digits
     r, _ = run_probe(wl, train, test, ProbeConfig(Sync(), ((32,),), 1e4, 0.9), 0.9, 200, 30, seed=0)
-    assert r.note == "diverged" and r.iters_to_target is None
+    assert r.status == ProbeStatus.DIVERGED and r.note == "diverged" and r.iters_to_target is None
 
 
 def test_same_seed_same_curve(digits):

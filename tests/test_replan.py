@@ -1,7 +1,7 @@
 import pytest
 
 from omnitune import replan
-from omnitune.optimizer import MU_STAR
+from omnitune.planning import MU_STAR
 from omnitune.protocols import Gossip, Groups, SoftSync, Sync
 from tests.conftest import make_spec
 

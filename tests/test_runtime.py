@@ -120,7 +120,7 @@ def test_the_server_notices_a_leader_gone_silent():
 def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_profile):
     """12 groups: the rule 0.9 - (1 - 1/12) gives a negative explicit momentum, which torch's SGD
     refuses. The plan `plan` writes must be one `run` takes."""
-    from omnitune import optimizer, plan as plan_mod
+    from omnitune import planning, plan as plan_mod
     from omnitune.statmodel import ProbeResult
     from tests.conftest import many_workers_profile
 
@@ -128,9 +128,9 @@ def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_pr
         return ProbeResult(cfg, 100.0, True, ((100, 0.9),), 0.0, 0.0, "reached")
 
     prof = many_workers_profile(sample_profile, 12, tmp_path)
-    space = optimizer.Space(protocols=("groups",), groups=(12,), batch_sizes=(16,), lrs=(0.05,))
-    found = optimizer.search(prof, space, prober)
-    plan = optimizer.build_plan(found, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")
+    space = planning.Space(protocols=("groups",), groups=(12,), batch_sizes=(16,), lrs=(0.05,))
+    found = planning.search(prof, space, prober)
+    plan = planning.build_plan(found, prof, "p.json", "logreg-digits", None, 0.8, 0, "now")
     assert len(plan.spec.groups) == 12 and plan.spec.momentum < 0
     assert plan.spec.momentum == pytest.approx(0.9 - (1 - 1 / 12), abs=1e-4)
     plan_mod.save(plan, tmp_path / "plan.json")

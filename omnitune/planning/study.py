@@ -5,7 +5,7 @@ same predicted training time. The optimizer never hands optuna its loop."""
 from __future__ import annotations
 
 from omnitune.files import from_dict, to_dict
-from omnitune.statmodel import ProbeConfig, ProbeResult
+from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 
 NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
 
@@ -35,7 +35,7 @@ def tell(study, trial, r: ProbeResult, sec_per_iter: float) -> None:
     from optuna.trial import TrialState
 
     trial.set_user_attr("probe", to_dict(r))
-    if r.note.startswith("pruned"):
+    if r.status == ProbeStatus.PRUNED:
         study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, r.iters_to_target * sec_per_iter if r.iters_to_target is not None else NOT_REACHED)

@@ -1,0 +1,134 @@
+"""The order of Omnivore's search (Hadjis et al. 2016, §4), over a `Trials`:
+
+1. Cold start, synchronous: momentum 0.9, learning rate over decades (0.1 … 0.0001, carried on
+   past an edge that wins) at a middle batch; then every other batch at that rate and at the rate
+   scaled with its update batch; then half a decade either side of the best one's rate.
+2. Each other protocol climbs its own ladder of rungs, least asynchronous first. A rung tries
+   momentum from Omnivore's grid (the rule's value mu* - (1 - 1/g) first) and the previous rung's
+   learning rate, a third and a tenth of it, skipping momenta and per-device batches above the
+   previous rung's optimum (they shrink with staleness; the batch is Rudra's rule).
+3. A ladder stops when a rung's samples per second, at the previous optimum's per-device batch,
+   are not STOP_GAIN above the previous optimum's: asynchrony no longer buys hardware speed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from omnitune import protocols
+from omnitune.planning import budget as budget_mod
+from omnitune.planning.space import LR_DECADES, Scored, Setup, faster_twin
+from omnitune.planning.trials import Trials
+
+LR_REFINE = (1 / 3, 3.0)                  # after the cold start, about half a decade either side of the best
+RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
+STOP_GAIN = 0.10                          # climb a ladder only while samples per second improve this much
+
+
+def run(trials: Trials) -> list[Scored]:
+    """The cold start, then each ladder; every configuration considered, best first."""
+    root, ladders = protocols.ladders(list(dict.fromkeys(s.variant for s in trials.setups)))
+    base = cold_start(trials, trials.among(root)) if root else None
+    for ladder in ladders:
+        prev = base
+        for k, rung in enumerate(ladder):
+            setups = trials.among(rung)
+            if prev is None:                   # no synchronous root in the space: start here
+                prev = cold_start(trials, setups)
+                continue
+            reason = saturated(trials, setups, prev)
+            if reason:
+                trials.log(reason)
+                for later in ladder[k:]:
+                    trials.skip(trials.among(later), prev.config.lr, f"not probed: {reason}")
+                break
+            prev = climb(trials, setups, prev) or prev
+    return trials.scored()
+
+
+def cold_start(trials: Trials, setups: list[Setup]) -> Scored | None:
+    """Learning rate over decades at a reference setup (the batch nearest the middle, fastest,
+    among those a scout trains SCOUT_ITERS iterations of and with no faster twin); then every other
+    setup at the best rate and at the rate scaled with its update batch; then half a decade either
+    side of the best setup's rate. Batches come before the refinement: when the budget is short,
+    which batch matters more than a rate's last half decade."""
+    if not setups:
+        return None
+    sizes = trials.space.batch_sizes
+    middle = sorted(sizes)[len(sizes) // 2]
+    firsts = [s for s in setups if faster_twin(s, trials.setups) is None] or setups
+    enough = [s for s in firsts if budget_mod.SCOUT_S >= budget_mod.SCOUT_ITERS * s.probe_sec_per_iter]
+    ref = max(enough or [min(firsts, key=lambda s: s.probe_sec_per_iter)],
+              key=lambda s: (-abs(math.log(s.batch / middle)), s.samples_per_s))
+    mu = trials.momenta(ref.variant)[0]
+    best = decades(trials, ref, mu)
+    ref_samples = ref.variant.samples_per_update(ref.batches)
+    for s in sorted(setups, key=lambda s: -s.samples_per_s):
+        scale = s.variant.samples_per_update(s.batches) / ref_samples
+        effective = [best] if best is None or scale == 1 else [best, best * scale]
+        for lr in trials.rates(s, [] if best is None else effective):
+            trials.probe(s, lr, trials.momenta(s.variant)[0])
+    lead = trials.best_of(setups)
+    if best is not None and lead is not None:       # None: pinned rates, or no decade ranked
+        s = trials.setup_of(lead.config)
+        step = lead.config.lr / s.variant.lr_gain
+        for f in LR_REFINE:
+            trials.probe(s, trials.rates(s, [float(f"{step * f:.2g}")])[0], lead.config.momentum)
+    return trials.best_of(setups)
+
+
+def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
+    """The best effective learning rate at `ref`: decades from the largest down, until one does
+    worse than the best so far (the scouts, compared by time if they reach the target, else by
+    training loss), carried on past a winning edge."""
+    if trials.space.lrs is not None:
+        for lr in trials.space.lrs:
+            trials.probe(ref, lr, mu)
+        trials.end_scouting(ref)
+        return None
+    tried: list[float] = []
+    for lr in LR_DECADES:
+        tried.append(lr)
+        trials.probe(ref, trials.rates(ref, [lr])[0], mu)
+        scout = [k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None]
+        if len(scout) >= 2 and scout[-1] > min(scout):
+            break
+    trials.end_scouting(ref)
+    best = trials.best_rate(ref, mu, tried)
+    while best is not None and (best == max(tried) < 1 or best == min(tried) > 1e-6):
+        edge = best * 10 if best == max(tried) else best / 10
+        tried.append(edge)
+        trials.probe(ref, trials.rates(ref, [edge])[0], mu)
+        if trials.best_rate(ref, mu, tried) != edge:
+            break
+        best = edge
+    return best
+
+
+def climb(trials: Trials, setups: list[Setup], prev: Scored) -> Scored | None:
+    """One rung: the previous optimum's per-device batch and the next smaller (Rudra), momenta
+    no larger than its, and its step, a third and a tenth of it; closest to it first."""
+    pc = prev.config
+    sizes = sorted({s.batch for s in setups if s.batch <= pc.batch}, reverse=True)[:2]
+    near = sorted((s for s in setups if s.batch in sizes), key=lambda s: (-s.batch, -s.samples_per_s))
+    step = pc.lr / pc.variant.lr_gain
+    for s in near:
+        for lr in trials.rates(s, [step * f for f in RUNG_LRS]):
+            for mu in trials.momenta(s.variant, pc.momentum):
+                trials.probe(s, lr, mu)
+    trials.skip([s for s in setups if s.batch not in sizes], pc.lr,
+                f"not probed: batch not the previous optimum's {pc.batch} or the next below it (Rudra)")
+    return trials.best_of(setups)
+
+
+def saturated(trials: Trials, setups: list[Setup], prev: Scored) -> str:
+    """Why the ladder stops here ("" if it does not): samples per second at the previous
+    optimum's per-device batch are not STOP_GAIN above the previous optimum's."""
+    pc = prev.config
+    before = trials.setup_of(pc)
+    same = [s for s in setups if s.batch == pc.batch] or setups
+    after = max(same, key=lambda s: (s.layout == pc.layout, s.samples_per_s))
+    if after.samples_per_s >= (1 + STOP_GAIN) * before.samples_per_s:
+        return ""
+    return (f"{after.variant.label} gives {after.samples_per_s:,.0f} samples/s at batch {after.batch}, not "
+            f"{STOP_GAIN:.0%} above {before.samples_per_s:,.0f} of {pc.variant.label}: stop adding asynchrony")

@@ -1,0 +1,69 @@
+"""How probed configurations compare, lower keys first: by time to target where a probe reached
+the target or predicts it within its evidence; when ranking by loss (no scout could predict a
+time), by training loss after equal training time, near-ties going to the larger learning rate."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from omnitune.planning.space import Scored
+from omnitune.statmodel import ProbeResult
+
+RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
+# Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often
+# leads on loss, and falls behind over the long run. A loss above the best by less than this
+# fraction of both the best loss and the best's progress from the untrained loss is a tie, which
+# goes to the larger effective learning rate.
+LOSS_TIE = 0.10
+UNRANKED = (4, 0.0, 0.0)   # sorts after every key long_horizon_keys gives
+
+RankKey = tuple[int, float]
+
+
+def rank_key(r: ProbeResult | None, sec_per_iter: float, by_loss: bool) -> RankKey | None:
+    """How a probe ranks (lower is better), None when it cannot: first by time to target (reached,
+    or predicted within the probe's evidence unless ranking by loss), then, by loss, by training
+    loss at the probe's end."""
+    if r is None or not r.rankable:
+        return None
+    if r.ranks_by_time and (r.reached or not by_loss):
+        return (0, r.iters_to_target * sec_per_iter)
+    if by_loss and r.train_loss is not None and math.isfinite(r.train_loss):
+        return (1, r.train_loss)
+    return None
+
+
+def long_horizon_keys(ranked: list[tuple[RankKey | None, float, float | None]]) \
+        -> list[tuple[int, float, float] | None]:
+    """Sort keys (lower is better) for (rank_key, effective learning rate, start loss) triples
+    compared together: a reached or predicted time first; then the training losses that tie with
+    the best (LOSS_TIE), the largest learning rate first; then the other losses.
+
+    The tie is measured against both the best loss and the progress it made from the untrained
+    loss (the median start loss): near chance, where the best has barely moved, a loss 10% above
+    it is no tie but a probe that learned nothing."""
+    losses = [k[1] for k, _, _ in ranked if k is not None and k[0] == 1]
+    starts = [s for k, _, s in ranked if k is not None and k[0] == 1 and s is not None]
+    tie = -math.inf
+    if losses:
+        best = min(losses)
+        progress = statistics.median(starts) - best if starts else best
+        tie = best + LOSS_TIE * max(0.0, min(best, progress))
+    out = []
+    for key, lr, _ in ranked:
+        if key is None:
+            out.append(None)
+        elif key[0] == 1 and key[1] <= tie:
+            out.append((1, -lr, key[1]))
+        else:
+            out.append((0 if key[0] == 0 else 2, key[1], 0.0))
+    return out
+
+
+def ordered(scored: list[Scored], by_loss: bool) -> list[Scored]:
+    """Best first: by rank_key and the long-horizon tie rule, then by seconds per iteration."""
+    keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, by_loss), x.config.lr / x.config.variant.lr_gain,
+                               x.probe and x.probe.start_loss) for x in scored])
+    order = sorted(range(len(scored)), key=lambda i: (keys[i] or UNRANKED, scored[i].sec_per_iter))
+    return [scored[i] for i in order]

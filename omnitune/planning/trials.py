@@ -1,0 +1,151 @@
+"""What the search has considered: every (setup, learning rate, momentum), probed or skipped with
+its reason, and how the probed ones compare in the current phase (phases.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from omnitune.planning.phases import ByLoss, ByTime, Phase, Scouting, Spending
+from omnitune.planning.probes import ProbeRunner
+from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
+from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
+from omnitune.protocols import Variant
+from omnitune.statmodel import ProbeResult
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A configuration the search did not probe, and why."""
+    reason: str
+
+
+Tried = tuple[Setup, float, float]      # a setup, a learning rate, a momentum
+
+
+class Trials:
+    def __init__(self, setups: list[Setup], space: Space, runner: ProbeRunner, spending: Spending,
+                 log: Callable[[str], None]):
+        self.setups, self.space, self.runner, self.spending, self.log = setups, space, runner, spending, log
+        self.phase: Phase = Scouting() if spending.budget is None else ByTime()
+        self.tried: dict[Tried, Skipped | None] = {}      # None: probed
+
+    def among(self, variants: list[Variant]) -> list[Setup]:
+        return [s for s in self.setups if s.variant in variants]
+
+    def setup_of(self, config: Config) -> Setup:
+        return next(s for s in self.setups if s.config(config.lr, config.momentum) == config)
+
+    def rates(self, s: Setup, effective: list[float]) -> list[float]:
+        """Learning rates to try on `s`: pinned ones as given, else these effective steps times the
+        variant's lr_gain (Rudra's staleness-scaled step gets its base rate raised)."""
+        if self.space.lrs is not None:
+            return list(self.space.lrs)
+        return [float(f"{lr * s.variant.lr_gain:.3g}") for lr in effective]
+
+    def momenta(self, v: Variant, ceiling: float | None = None) -> list[float]:
+        """The rule's explicit momentum mu* - (1 - 1/g); with a ceiling, then Omnivore's grid, none
+        above it."""
+        if self.space.momentum is not None:
+            return [self.space.momentum]
+        rule = v.rule_momentum(MU_STAR)
+        if ceiling is None:
+            return [rule]
+        return [m for m in dict.fromkeys([rule, *OMNIVORE_MOMENTA]) if m <= ceiling]
+
+    def probe(self, s: Setup, lr: float, mu: float) -> ProbeResult | None:
+        """Probe (s, lr, mu) unless it was considered already or a rule skips it: past the budget,
+        too slow for a fair comparison by loss, a faster twin makes its updates, or at least as
+        large as a setting that diverged."""
+        key, pc = (s, lr, mu), s.probe(lr, mu)
+        if key in self.tried:
+            return self.runner.results.get(pc)
+        skipped = None if pc in self.runner.results else self.skips(s)
+        twin = faster_twin(s, self.setups)
+        if skipped is None and twin is not None:
+            skipped = Skipped(f"not probed: the same updates as {twin.layout} at batch {twin.batch}, which runs "
+                              f"faster ({twin.sec_per_iter * 1e3:.2f} against {s.sec_per_iter * 1e3:.2f} ms)")
+        if skipped is None and self.runner.blocked(pc):
+            skipped = Skipped("not probed: at least as large as a setting that diverged")
+        r = None if skipped else (self.runner.results.get(pc) or
+                                  self.runner.run(pc, s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending))
+        if skipped is None and r is None:
+            skipped = Skipped(f"not probed: cannot beat {self.runner.best:.2f}s")
+        self.tried[key] = skipped
+        if r is not None:
+            self.runner.record(pc, r, s.sec_per_iter, self.phase.by_loss)
+            if not isinstance(self.phase, Scouting):
+                self.spending.reset(self.runner.predicted)
+        return r
+
+    def skips(self, s: Setup) -> Skipped | None:
+        """Why a new probe of `s` is not started: the budget is spent, or the phase finds it too
+        slow to compare."""
+        if self.runner.probes_run and not self.spending.fits(
+                self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending),
+                s.probe_sec_per_iter):
+            return Skipped(f"not probed: planning budget of {self.spending.seconds():.1f}s spent")
+        why = self.phase.too_short(s.sec_per_iter)
+        return Skipped(why) if why else None
+
+    def skip(self, setups: list[Setup], lr: float, reason: str) -> None:
+        for s in setups:
+            self.tried.setdefault((s, lr, s.variant.rule_momentum(MU_STAR)), Skipped(reason))
+
+    def end_scouting(self, ref: Setup) -> None:
+        """After the scouts: the budget from their best predicted time; and when none could predict
+        one, ranking by training loss at equal training time from here on, each probe training as
+        long (in predicted training time) as the scouts did."""
+        was_scouting = isinstance(self.phase, Scouting)
+        if not self.phase.by_loss and not any(r.ranks_by_time for r in self.runner.results.values()):
+            iters = self.phase.iterations(ref.sec_per_iter, ref.probe_sec_per_iter, self.spending.probe_s())
+            self.phase = ByLoss(iters * ref.sec_per_iter)
+        elif was_scouting:
+            self.phase = ByTime()
+        if was_scouting:
+            self.spending.reset(self.runner.predicted)
+        if isinstance(self.phase, ByLoss):
+            self.log(f"no scout could predict the time to target: probes train {self.phase.train_s:.1f}s each "
+                     "(predicted training time) and are ranked by their training loss")
+
+    def scout_rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
+        """Before the phase is known: by time to target where a probe predicts one, else by loss."""
+        r = self.runner.results.get(s.probe(lr, mu))
+        return rank_key(r, s.sec_per_iter, False) or rank_key(r, s.sec_per_iter, True)
+
+    def rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
+        return rank_key(self.runner.results.get(s.probe(lr, mu)), s.sec_per_iter, self.phase.by_loss)
+
+    def horizon_keys(self, tried: list[Tried]) -> list[tuple[int, float, float] | None]:
+        """long_horizon_keys of probed (setup, lr, momentum) triples compared together."""
+        results = [self.runner.results.get(s.probe(lr, mu)) for s, lr, mu in tried]
+        return long_horizon_keys([(rank_key(r, s.sec_per_iter, self.phase.by_loss), lr / s.variant.lr_gain,
+                                   r.start_loss if r else None) for (s, lr, _), r in zip(tried, results)])
+
+    def best_of(self, setups: list[Setup]) -> Scored | None:
+        done = [(s, lr, mu) for (s, lr, mu), skipped in self.tried.items()
+                if s in setups and skipped is None and self.rank(s, lr, mu) is not None]
+        if not done:
+            return None
+        keys = self.horizon_keys(done)
+        s, lr, mu = done[keys.index(min(keys))]
+        return s.scored(lr, mu, self.runner.results[s.probe(lr, mu)])
+
+    def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
+        """The best of these effective learning rates at (s, mu), among those probed and ranked."""
+        done = [lr for lr in effective if self.rank(s, self.rates(s, [lr])[0], mu) is not None]
+        if not done:
+            return None
+        keys = self.horizon_keys([(s, self.rates(s, [lr])[0], mu) for lr in done])
+        return done[keys.index(min(keys))]
+
+    def scored(self) -> list[Scored]:
+        """Every configuration considered, probed or not, best first, and every setup never reached."""
+        out = ordered([s.scored(lr, mu, self.runner.results.get(s.probe(lr, mu)) if skipped is None else None,
+                                skipped.reason if skipped else "")
+                       for (s, lr, mu), skipped in self.tried.items()], self.phase.by_loss)
+        reached = {s for s, _, _ in self.tried}
+        lr = out[0].config.lr if out else LR_DECADES[0]
+        out += [s.scored(lr, s.variant.rule_momentum(MU_STAR), None, "not probed")
+                for s in self.setups if s not in reached]
+        return out
