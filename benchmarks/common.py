@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from omnitune.files import atomic_write_json
+from omnitune.core.files import atomic_write_json
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -4,7 +4,7 @@
 
 For every protocol, on lenet-digits and cnn1d-mnist1d, on two one-thread CPU workers (and four
 learners for softsync), one configuration is trained twice per seed: by the probe's emulation
-(omnitune/emulator.py, what `plan` runs, with the staleness histogram the profile's calibration
+(omnitune/probing/emulator.py, what `plan` runs, with the staleness histogram the profile's calibration
 measured) and by a real run of the runtime, evaluated every K iterations. Iterations to target
 are read off both curves alike (first crossing, interpolated). A run that misses the target
 counts as its last iteration. Writes benchmarks/results/emulation.json: `rows` (workload,
@@ -24,11 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import print_rows, write_results
-from omnitune import planning, profiler, statmodel, workload
-from omnitune.cluster import load_cluster
-from omnitune.probe import run_probe
-from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
-from omnitune.runspec import RunSpec
+from omnitune import planning
+from omnitune.core.cluster import load_cluster
+from omnitune.core.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
+from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import statmodel
+from omnitune.probing.probe import run_probe
+from omnitune.profiling import profiler
+from omnitune.runtime import workload
 from omnitune.runtime import job
 
 # workload: (target, effective lr, evaluate every K iterations, most iterations)

@@ -15,9 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, workload
-from omnitune.cluster import local_cluster
-from omnitune.probe import make_prober
+from omnitune import planning
+from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.cluster import local_cluster
+from omnitune.probing.probe import make_prober
+from omnitune.profiling import profiler
+from omnitune.runtime import workload
 from omnitune.runtime import job
 
 WORKLOADS = {"lenet-digits": 0.97, "cnn1d-mnist1d": 0.85}

@@ -95,7 +95,7 @@ def scenario(tmp: Path, name, protocol, groups, lr, kill, every_s, target, two_n
 
 
 def stuck(tmp: Path, name, protocol, groups, hang, timeout_s, environ) -> dict:
-    from omnitune.errors import UserError
+    from omnitune.core.errors import UserError
 
     plan = make_plan(tmp / "plan.json", protocol, groups, lr=0.02, momentum=0.4, target=0.999)
     environ["OMNITUNE_FAULT_HANG"] = hang

@@ -5,7 +5,7 @@
 NEEDS A CUDA DEVICE. Without one it prints one line saying so and exits with status 2, writing
 nothing.
 
-On this machine's default local cluster (`omnitune.cluster.local_cluster`: CPU layouts, the GPUs
+On this machine's default local cluster (`omnitune.core.cluster.local_cluster`: CPU layouts, the GPUs
 alone, and the GPUs beside CPU workers on the cores they leave free) it records:
 1. what `omnitune profile` measures: per device id its kind, threads, best samples/s and the batch
    of it; the network figures the profile holds; the profile's wall time;
@@ -46,13 +46,17 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, print_rows, write_results
 from benchmarks.plan_quality import fixed_spec, interleaved
-from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, timing, workload
-from omnitune.cluster import local_cluster
-from omnitune.files import to_dict
+from omnitune import planning
+from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.cluster import local_cluster
+from omnitune.core.files import to_dict
+from omnitune.core.plan import start_path
+from omnitune.core.protocols import Sync
 from omnitune.planning import Config
-from omnitune.plan import start_path
-from omnitune.probe import hand_on, make_prober
-from omnitune.protocols import Sync
+from omnitune.probing import timing
+from omnitune.probing.probe import hand_on, make_prober
+from omnitune.profiling import profiler
+from omnitune.runtime import host, workload
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_GPU = "benchmarks.gpu: no CUDA device here; run it on a machine with one"
@@ -240,7 +244,7 @@ def main() -> None:
     print_rows("summary", [out["summary"]], list(out["summary"]))
     out = {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "cuda_device": torch.cuda.get_device_name(0), "cuda_device_count": torch.cuda.device_count(),
-           "cpu_count": profiler.host_facts().cpu_count, "torch": torch.__version__, **out}
+           "cpu_count": host.host_facts().cpu_count, "torch": torch.__version__, **out}
     name = "gpu" + ("-quick" if args.quick else "")
     print(f"wrote {write_results(name, out)}", flush=True)
     if not args.no_pytest:

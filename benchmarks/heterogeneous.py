@@ -36,8 +36,8 @@ from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
 from benchmarks.protocols import cluster_profile, make_plan, repeated, summarise
 from omnitune import planning
+from omnitune.core.protocols import Groups, Sync
 from omnitune.planning import Config
-from omnitune.protocols import Groups, Sync
 from omnitune.runtime import job
 
 # teacher-mlp's accuracy jumps to 0.90 within seconds, then climbs slowly. One single-thread worker

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 
 from benchmarks.common import RESULTS, print_rows, write_results
-from omnitune import statmodel, workload
-from omnitune.cluster import load_cluster
-from omnitune.protocols import Groups
-from omnitune.runspec import RunSpec
+from omnitune.core.cluster import load_cluster
+from omnitune.core.protocols import Groups
+from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import statmodel
+from omnitune.runtime import workload
 from omnitune.runtime import checkpoint, job
 from omnitune.runtime.flat import get_grads, set_params
 from omnitune.runtime.optim import HeavyBall

@@ -28,8 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import plan as plan_mod, profile as profile_mod
-from omnitune.protocols import Gossip, Sync
+from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.protocols import Gossip, Sync
 from tests.netns import Hosts, unavailable
 
 WORKLOAD, TARGET = "mlp-digits", 0.95

@@ -49,9 +49,9 @@ import torch
 
 from benchmarks.common import print_rows, write_results
 from benchmarks.plain_steps import BATCH, LR, MOMENTUM, Loop, time_variants, variant_groups
-from omnitune.cluster import Device, local_cluster
-from omnitune.protocols import Sync
-from omnitune.runspec import RunSpec
+from omnitune.core.cluster import Device, local_cluster
+from omnitune.core.protocols import Sync
+from omnitune.core.runspec import RunSpec
 from omnitune.runtime import job
 
 NO_GPU = "benchmarks.overhead: no CUDA device here; run --device cuda on a machine with one"

@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 
-from omnitune import workload
-from omnitune.cluster import Device
+from omnitune.core.cluster import Device
+from omnitune.runtime import workload
 from omnitune.runtime.optim import HeavyBall
 
 BATCH, LR, MOMENTUM = 256, 0.01, 0.9

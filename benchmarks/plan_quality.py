@@ -33,13 +33,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
-from omnitune import planning, profile as profile_mod, profiler, workload
-from omnitune.cluster import local_cluster
+from omnitune import planning
+from omnitune.core import profile as profile_mod
+from omnitune.core.cluster import local_cluster
+from omnitune.core.plan import start_path
+from omnitune.core.protocols import Groups, Sync
+from omnitune.core.runspec import RunSpec
 from omnitune.planning import Config
-from omnitune.plan import start_path
-from omnitune.probe import hand_on, make_prober
-from omnitune.protocols import Groups, Sync
-from omnitune.runspec import RunSpec
+from omnitune.probing.probe import hand_on, make_prober
+from omnitune.profiling import profiler
+from omnitune.runtime import workload
 from omnitune.runtime import job
 
 

@@ -24,9 +24,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
-from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, workload
-from omnitune.cluster import local_cluster
-from omnitune.probe import make_prober
+from omnitune import planning
+from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.cluster import local_cluster
+from omnitune.probing.probe import make_prober
+from omnitune.profiling import profiler
+from omnitune.runtime import workload
 from omnitune.runtime import job
 
 # (workload, target, layout, protocol, g, batch per device, lr)

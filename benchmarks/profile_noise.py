@@ -25,8 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune import planning, profiler
-from omnitune.cluster import local_cluster
+from omnitune import planning
+from omnitune.core.cluster import local_cluster
+from omnitune.profiling import profiler
 from omnitune.runtime.measure import Settings
 
 WORKLOADS = ("teacher-mlp", "cnn1d-mnist1d")

@@ -25,10 +25,13 @@ from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
-from omnitune import planning, plan as plan_mod, profile as profile_mod, profiler, protocols, workload
-from omnitune.cluster import load_cluster
+from omnitune import planning
+from omnitune.core import plan as plan_mod, profile as profile_mod, protocols
+from omnitune.core.cluster import load_cluster
 from omnitune.planning import Config
-from omnitune.probe import make_prober
+from omnitune.probing.probe import make_prober
+from omnitune.profiling import profiler
+from omnitune.runtime import workload
 from omnitune.runtime import job
 
 WORKLOADS = {"lenet-digits": (0.95, 0.05), "cnn1d-mnist1d": (0.85, 0.1)}   # target, lr

@@ -3,13 +3,13 @@
 
     python -m benchmarks.scale [--quick]
 
-Hardware efficiency is simulated (omnitune/simulator.py), one worker per node, for a stated
+Hardware efficiency is simulated (omnitune/efficiency/simulator.py), one worker per node, for a stated
 GPU-class worker and model (nothing of this size runs here): a 25.6M-parameter model (ResNet-50's
 size, fp32: 102 MB a message) whose step takes 0.10 s at 32 samples per worker (about 320
 samples/s, a V100-class GPU), with a log-spread of 0.05 between steps; the parameter server is a
 node of its own on the same network, applying an update in 10 ms.
 
-Statistical efficiency comes from probes (omnitune/probe.py): WORKLOAD trained by each
+Statistical efficiency comes from probes (omnitune/probing/probe.py): WORKLOAD trained by each
 protocol's own update rule on N virtual workers of 32 samples each, the server protocols
 replaying the staleness histogram the simulator gives at that size (10 Gbit/s), iterations to
 TARGET (at most MAX_SAMPLES samples a probe), each cell at one learning rate, scaled with the
@@ -30,11 +30,12 @@ import json
 import time
 
 from benchmarks.common import RESULTS, print_rows, write_results
-from omnitune import planning, workload
-from omnitune.probe import make_prober
-from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync, Variant
-from omnitune.simulator import Link, Network, Scenario, SimDevice, simulate
-from omnitune.statmodel import ProbeConfig
+from omnitune import planning
+from omnitune.core.protocols import HPSGD, Gossip, Groups, SoftSync, Sync, Variant
+from omnitune.efficiency.simulator import Link, Network, Scenario, SimDevice, simulate
+from omnitune.efficiency.statmodel import ProbeConfig
+from omnitune.probing.probe import make_prober
+from omnitune.runtime import workload
 
 PARAMS = 25.6e6
 MODEL_BYTES = 4 * PARAMS

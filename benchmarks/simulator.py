@@ -28,9 +28,11 @@ from pathlib import Path
 from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import fixed_spec
 from benchmarks.protocols import cluster_profile
-from omnitune import planning, protocols, simulator
+from omnitune import planning
+from omnitune.core import protocols
+from omnitune.efficiency import simulator
+from omnitune.efficiency.perfmodel import PerfModel, Shape
 from omnitune.planning import Config
-from omnitune.perfmodel import PerfModel, Shape
 from omnitune.runtime import job
 
 RUN_S = 4.0

@@ -11,7 +11,7 @@ from pathlib import Path
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from omnitune import workload
+from omnitune.runtime import workload
 
 _digits = workload.load(str(Path(__file__).with_name("lenet_digits.py")))
 

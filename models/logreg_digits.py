@@ -7,7 +7,7 @@ from pathlib import Path
 
 from torch import nn
 
-from omnitune import workload
+from omnitune.runtime import workload
 
 _digits = workload.load(str(Path(__file__).with_name("lenet_digits.py")))
 

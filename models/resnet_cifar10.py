@@ -8,7 +8,7 @@ DATA_DIR/cifar-10-batches-py/ exists, then pass --data-dir DATA_DIR.
 import torchvision
 from torch import nn
 
-from omnitune.errors import UserError
+from omnitune.core.errors import UserError
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -12,7 +12,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def digits():
-    from omnitune import workload
+    from omnitune.runtime import workload
     wl = workload.load("lenet-digits")
     train, test = wl.build_datasets(None, 0)
     return wl, train, test
@@ -20,7 +20,7 @@ def digits():
 
 @pytest.fixture(scope="session")
 def sample_profile():
-    from omnitune import profile
+    from omnitune.core import profile
     return profile.load(DATA / "profile-v1.json")
 
 
@@ -38,9 +38,9 @@ def make_spec(protocol: str, groups, batch: int = 32, lr: float = 0.05, momentum
     `slowdown` maps device ids to an emulated slowdown factor, `nodes` to their node of the
     cluster spec (all on this host); `devices` replaces the CPU workers; `extra` sets other fields.
     """
-    from omnitune import protocols
-    from omnitune.cluster import Device
-    from omnitune.runspec import RunSpec
+    from omnitune.core import protocols
+    from omnitune.core.cluster import Device
+    from omnitune.core.runspec import RunSpec
 
     ids = [d for g in groups for d in g]
     devices = devices or tuple(Device(i, "cpu", emulated_slowdown=(slowdown or {}).get(i, 1.0),
@@ -55,7 +55,7 @@ def make_plan(path: Path, protocol: str, groups, **kw) -> Path:
     """The sample plan with the run spec of `make_spec(protocol, groups, **kw)`, saved to `path`."""
     from dataclasses import replace
 
-    from omnitune import plan as plan_mod
+    from omnitune.core import plan as plan_mod
 
     spec = make_spec(protocol, groups, **kw)
     p = replace(plan_mod.load(DATA / "plan-v1.json"), spec=spec, layout="one-per-core",
@@ -69,7 +69,7 @@ def many_workers_profile(sample, n: int, tmp_path: Path):
     (layout "cluster")."""
     from dataclasses import replace
 
-    from omnitune.cluster import load_cluster
+    from omnitune.core.cluster import load_cluster
 
     spec = tmp_path / "cluster.yaml"
     spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [" + ", ".join(["1"] * n) + "]\n")

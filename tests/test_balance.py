@@ -1,6 +1,6 @@
 import pytest
 
-from omnitune.balance import apportion, step_time_line
+from omnitune.efficiency.balance import apportion, step_time_line
 
 
 def test_apportion_keeps_the_total_and_at_least_one_each():
@@ -18,7 +18,7 @@ def test_step_time_line():
 
 
 def test_equal_time_batches_even_out_step_times():
-    from omnitune.balance import equal_time_batches
+    from omnitune.efficiency.balance import equal_time_batches
     alpha, beta = [1e-3, 3e-3], [1e-4, 3e-4]          # the second device is 3× slower throughout
     b = equal_time_batches(alpha, beta, 64)
     assert sum(b) == 64 and b[0] > b[1]
@@ -30,7 +30,7 @@ def test_the_server_balances_asynchronous_groups_by_their_measured_pace():
     """Two groups sending gradients at 1 and 4 ms per sample: after one period at 32 each, the
     fast group gets four times the slow one's batch (total kept), and after a second period,
     timed at the new batches, it stays there."""
-    from omnitune.balance import GroupBalancer
+    from omnitune.efficiency.balance import GroupBalancer
     bal = GroupBalancer({1: 32, 2: 32}, period=10)
     per_sample = {1: 1e-3, 2: 4e-3}
 

@@ -6,8 +6,8 @@ import tempfile
 import pytest
 from typer.testing import CliRunner
 
-from omnitune.cli import app
-from omnitune.errors import UserError
+from omnitune.cli.app import app
+from omnitune.core.errors import UserError
 from omnitune.runtime.summary import RunSummary, save as save_summary
 from tests.conftest import DATA, make_plan
 
@@ -223,7 +223,7 @@ def test_plan_for_node_types_bad_input(tmp_path):
 def test_run_refuses_a_simulated_plan(tmp_path):
     from dataclasses import replace
 
-    from omnitune import plan as plan_mod
+    from omnitune.core import plan as plan_mod
     p = replace(plan_mod.load(DATA / "plan-v2.json"), hardware_model=plan_mod.SIMULATED, simulated_cluster="64 × box")
     plan_mod.save(p, tmp_path / "plan.json")
     fails_cleanly(["run", str(tmp_path / "plan.json"), "--out-dir", str(tmp_path / "r")],
@@ -251,8 +251,10 @@ def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from omnitune import plan as plan_mod, probe, workload
-    from omnitune.plan import Planning
+    from omnitune.core import plan as plan_mod
+    from omnitune.probing import probe
+    from omnitune.runtime import workload
+    from omnitune.core.plan import Planning
 
     path = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.05)
     plan = replace(plan_mod.load(path), planning=Planning(20.0, 3, 30.0, True, "test"))

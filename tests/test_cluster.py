@@ -1,7 +1,7 @@
 import pytest
 
-from omnitune.cluster import load_cluster, local_cluster
-from omnitune.errors import UserError
+from omnitune.core.cluster import load_cluster, local_cluster
+from omnitune.core.errors import UserError
 
 
 def test_local_cluster_offers_both_layouts():

@@ -1,14 +1,17 @@
-"""The package's dependencies point one way, read from its source:
+"""The package's dependencies point one way, read from its source. Each module's layer is its
+folder:
 
-    cli -> planning (planning/, emulator, probe, profiler, replan, report, timing) -> runtime -> core
-                                                                           -> core
+    cli -> api -> probing -> planning -> efficiency -> core
+                  profiling -> runtime -> efficiency -> core
+    (and each layer -> any layer below it on its line; probing -> runtime too)
 
-A module in a folder has its folder's layer (planning/, runtime/); a module at the top, the layer
-its name is listed under here. The core (protocols, the models, the file schemas) is pure: no
-torch, no processes; so is planning/, which is handed its prober. The runtime runs jobs and never
-imports planning: re-planning reaches it as a function. There is no import circle, and no omnitune
-import inside a function except in the CLI, whose commands import what they use when they run, so
-that `omnitune --help` does not wait for torch.
+api.py, the Python API, sits at the top of the package beside the folders.
+
+core/, efficiency/ and planning/ are pure: no torch, no processes (planning is handed its prober
+and its timer). The runtime runs jobs and never imports planning: re-planning reaches it as a
+function. There is no import circle, and no omnitune import inside a function except in the CLI,
+whose commands import what they use when they run, so that `omnitune --help` does not wait for
+torch.
 """
 
 import ast
@@ -20,35 +23,26 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "omnitune"
 
-FOLDERS = {"planning": "planning", "runtime": "runtime"}     # a folder's modules and their layer
-PURE_FOLDERS = {"planning"}                                  # folders that import no torch
-CORE = {"errors", "env", "files", "cluster", "protocols", "runspec", "plan", "profile", "perfmodel", "statmodel",
-        "balance"}
-PLANNING = {"emulator", "probe", "profiler", "replan", "report", "simulator", "fleet", "timing"}
-PURE_PLANNING = {"replan", "simulator", "fleet"}     # planning at the top that imports only the core: no torch
+LAYERS = ("core", "efficiency", "planning", "runtime", "probing", "profiling", "api", "cli")
+ALLOWED = {"core": {"core"}, "efficiency": {"efficiency", "core"},
+           "planning": {"planning", "efficiency", "core"}, "runtime": {"runtime", "efficiency", "core"},
+           "probing": {"probing", "planning", "runtime", "efficiency", "core"},
+           "profiling": {"profiling", "runtime", "efficiency", "core"},
+           "api": set(LAYERS) - {"cli"}, "cli": set(LAYERS)}
+PURE = {"core", "efficiency", "planning"}
 
 
 def layer(module: str) -> str:
-    top = module.split(".")[0]
-    if top in FOLDERS:
-        return FOLDERS[top]
-    if module == "cli":
-        return "cli"
-    if module in PLANNING:
-        return "planning"
-    if module in CORE:
-        return "core"
-    if module == "workload":
-        return "runtime"
-    raise AssertionError(f"omnitune/{module}: no layer; put it in a folder or add it to tests/test_dependencies.py")
+    if module == "api":             # the package's face (omnitune.plan and the rest): api.py at the top
+        return "api"
+    folder = module.split(".")[0]
+    if folder not in LAYERS or "." not in module and not (PACKAGE / folder / "__init__.py").exists():
+        raise AssertionError(f"omnitune/{module}: in no layer's folder ({', '.join(LAYERS)})")
+    return folder
 
 
 def pure(module: str) -> bool:
-    return module in CORE or module in PURE_PLANNING or module.split(".")[0] in PURE_FOLDERS
-
-
-ALLOWED = {"core": {"core"}, "runtime": {"runtime", "core"}, "planning": {"planning", "runtime", "core"},
-           "cli": {"cli", "planning", "runtime", "core"}}
+    return layer(module) in PURE
 
 
 def modules() -> dict[str, ast.Module]:
@@ -91,12 +85,12 @@ def test_each_module_imports_only_its_layer_and_below(module):
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_no_import_hides_inside_a_function(module):
     inside = sorted({t for t, at_top in GRAPH[module] if not at_top})
-    assert module == "cli" or not inside, f"{module} imports {inside} inside a function"
+    assert layer(module) == "cli" or not inside, f"{module} imports {inside} inside a function"
 
 
 def test_no_import_circle():
     """Between modules: a folder's __init__, which gathers its modules' names, is left out."""
-    edges = {m: {t for t, _ in GRAPH[m] if t in GRAPH and t != m and t not in FOLDERS} for m in GRAPH}
+    edges = {m: {t for t, _ in GRAPH[m] if t in GRAPH and t != m and t not in LAYERS} for m in GRAPH}
     state: dict[str, str] = {}
 
     def visit(m, path):
@@ -124,10 +118,10 @@ def test_pure_modules_import_no_torch():
 def test_protocol_names_are_compared_only_in_the_protocol_module():
     """No `x.protocol == "sync"` or `protocol in ("groups", "softsync")` outside protocols.py:
     no comparison with a protocol's name, and no collection of them."""
-    from omnitune.protocols import NAMES
+    from omnitune.core.protocols import NAMES
 
     for name, tree in modules().items():
-        if name == "protocols":
+        if name == "core.protocols":
             continue
         for node in ast.walk(tree):
             parts = [node.left, *node.comparators] if isinstance(node, ast.Compare) else \

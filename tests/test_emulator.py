@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from omnitune import workload
-from omnitune.emulator import emulator, equal_speed_schedule
-from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync, matching
-from omnitune.statmodel import ProbeConfig
+from omnitune.core.protocols import Gossip, Groups, HPSGD, SoftSync, Sync, matching
+from omnitune.efficiency.statmodel import ProbeConfig
+from omnitune.probing.emulator import emulator, equal_speed_schedule
+from omnitune.runtime import workload
 
 WL = workload.load(str(Path(__file__).parent / "workloads" / "quadratic.py"))
 TRAIN, _ = WL.build_datasets(None, 0)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from omnitune import env
+from omnitune.core import env
 
 
 def test_loopback_hosts_use_a_loopback_interface():
@@ -37,7 +37,7 @@ def test_fault_hook(monkeypatch, fault, expected):
 
 
 FAULTS = """import resource, sys, torch
-from omnitune import env
+from omnitune.core import env
 if sys.argv[1] == "keep":
     env.keep_freed_memory()
 faults = []

@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from omnitune.errors import UserError
+from omnitune.core.errors import UserError
 from omnitune.runtime import job
+from omnitune.runtime.job import RunOptions
 from tests.conftest import make_plan
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,7 @@ def test_killed_worker_restarts_from_the_last_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNITUNE_FAULT_KILL", "1:120")          # rank 1 dies at iteration 120
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.95)
     run_dir = tmp_path / "run"
-    s = job.run(str(plan), str(run_dir), max_time_s=60, checkpoint_every_s=0.1, max_restarts=1)
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, checkpoint_every_s=0.1, max_restarts=1))
     assert s.reached_target and s.restarts == 1
     restart, = [json.loads(line) for line in (run_dir / "restarts.jsonl").read_text().splitlines()]
     assert restart["attempt"] == 1
@@ -34,7 +35,7 @@ def test_killed_worker_restarts_from_the_last_checkpoint(tmp_path, monkeypatch):
 def test_killed_server_restarts_too(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNITUNE_FAULT_KILL", "0:150")          # the parameter server dies
     plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], lr=0.02, momentum=0.4, target=0.95)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60, checkpoint_every_s=0.1, max_restarts=1)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60, checkpoint_every_s=0.1, max_restarts=1))
     assert s.reached_target and s.restarts == 1
 
 
@@ -43,11 +44,11 @@ def test_without_restarts_a_failure_stops_cleanly_with_a_usable_checkpoint(tmp_p
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.999)
     run_dir = tmp_path / "run"
     with pytest.raises(UserError, match="a worker process failed .* is intact: the same command with --resume"):
-        job.run(str(plan), str(run_dir), max_time_s=60, checkpoint_every_s=0.1)
+        job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, checkpoint_every_s=0.1))
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert 0 < state["iteration"] <= 150
     monkeypatch.delenv("OMNITUNE_FAULT_KILL")
-    s = job.run(str(plan), str(run_dir), max_time_s=2, resume=True)     # and the run goes on from it
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=2, resume=True))     # and the run goes on from it
     assert s.iterations > state["iteration"]
 
 
@@ -62,7 +63,7 @@ def test_a_stuck_peer_ends_the_job_with_a_clear_message(tmp_path, monkeypatch, p
     plan = make_plan(tmp_path / "plan.json", protocol, groups, lr=0.02, momentum=0.4, target=0.999)
     started = time.perf_counter()
     with pytest.raises(UserError, match="a peer was silent for longer than --timeout-s"):
-        job.run(str(plan), str(tmp_path / "run"), max_time_s=60, timeout_s=3)
+        job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60, timeout_s=3))
     assert time.perf_counter() - started < 60
 
 

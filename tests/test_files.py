@@ -3,8 +3,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from omnitune.errors import UserError
-from omnitune.files import atomic_write_json, from_dict, load_versioned, read_json, to_dict
+from omnitune.core.errors import UserError
+from omnitune.core.files import atomic_write_json, from_dict, load_versioned, read_json, to_dict
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def test_written_files_have_a_plain_files_mode(tmp_path):
     import os
     import stat
 
-    from omnitune.files import atomic_write_json
+    from omnitune.core.files import atomic_write_json
     old = os.umask(0o022)
     try:
         atomic_write_json(tmp_path / "x.json", {"a": 1})

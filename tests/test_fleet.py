@@ -6,13 +6,15 @@ import shutil
 
 import pytest
 
-from omnitune import fleet, planning, plan as plan_mod
-from omnitune.errors import UserError
-from omnitune.perfmodel import Shape
-from omnitune.protocols import Groups, Sync
+from omnitune import planning
+from omnitune.core import plan as plan_mod
+from omnitune.core.errors import UserError
+from omnitune.core.protocols import Groups, Sync
+from omnitune.efficiency import fleet
+from omnitune.efficiency.perfmodel import Shape
 from omnitune.runtime import job
 from tests.conftest import DATA
-from tests.test_optimizer import FakeProber
+from tests.test_planning import FakeProber
 
 
 def spec(tmp_path, text: str):
@@ -96,7 +98,7 @@ def test_a_simulated_plan_is_marked_and_run_refuses_it(tmp_path):
 def test_a_profiled_cluster_may_be_scored_by_the_simulator():
     """--hardware-model simulated: the simulator on the profile's own measurements, the
     calibration jobs' staleness kept; the plan stays runnable (no simulated cluster)."""
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
 
     prof = profile_mod.load(DATA / "profile-v3.json")
     space = planning.Space(protocols=("sync", "groups"), batch_sizes=(32,))

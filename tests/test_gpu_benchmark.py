@@ -11,7 +11,7 @@ import torch
 
 from benchmarks import gpu
 from benchmarks.common import RESULTS
-from omnitune.files import atomic_write_json
+from omnitune.core.files import atomic_write_json
 from benchmarks.plan_quality import fixed_spec
 from tests.conftest import DATA, ROOT
 
@@ -86,7 +86,7 @@ def test_without_a_gpu_it_says_so_and_exits_2():
 
 
 def test_the_profile_and_plan_are_recorded_as_json(sample_profile):
-    from omnitune import plan as plan_mod
+    from omnitune.core import plan as plan_mod
 
     facts = gpu.profile_facts(with_gpus(sample_profile), 12.5)
     assert facts["devices"]["cuda0"]["kind"] == "cuda" and facts["devices"]["cpu-all"]["threads"] == 2
@@ -120,7 +120,7 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     the mean of its runs rather than the median, or if bench ignores `seeds`."""
     from types import SimpleNamespace
 
-    from omnitune import plan as plan_mod
+    from omnitune.core import plan as plan_mod
     from tests.conftest import make_spec
 
     prof = with_gpus(sample_profile)

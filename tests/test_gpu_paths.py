@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from omnitune import plan as plan_mod
-from omnitune.cluster import Device, local_cluster
+from omnitune.core import plan as plan_mod
+from omnitune.core.cluster import Device, local_cluster
 from omnitune.runtime.context import backend, buffer_device
 from omnitune.runtime.topology import roles
 from tests.conftest import DATA, make_spec
@@ -59,7 +59,7 @@ def test_a_real_run_on_a_gpu(tmp_path):
     gpu = Device("cuda0", "cuda", cuda_index=0)
     plan = replace(base, spec=make_spec("sync", [["cuda0"]], devices=(gpu,), target=0.9))
     plan_mod.save(plan, tmp_path / "plan.json")
-    s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), max_time_s=60)
+    s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), job.RunOptions(max_time_s=60))
     assert s.reached_target
 
 
@@ -82,7 +82,7 @@ def test_every_protocol_runs_with_a_gpu_beside_a_cpu(tmp_path, protocol, groups)
 def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monkeypatch):
     """A CPU node with the server and a node of two GPUs: node 1 starts its two GPU processes,
     which form a group all-reducing with NCCL; the launcher is faked at its seam."""
-    from omnitune.cluster import load_cluster
+    from omnitune.core.cluster import load_cluster
     from omnitune.runtime import job
     from omnitune.runtime.topology import nodes
 
@@ -102,13 +102,13 @@ def test_a_mixed_two_node_cluster_launches_each_node_its_devices(tmp_path, monke
     calls = []
     monkeypatch.setattr("omnitune.runtime.launch.launch", lambda entry, args, nprocs, log_dir, **kw:
                         calls.append((nprocs, kw["nodes"], kw["is_host"])))
-    assert job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), node_rank=1) is None
+    assert job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), job.RunOptions(node_rank=1)) is None
     assert calls == [(2, 2, False)]
 
 
 def test_a_cpu_workers_training_set_stays_where_it_is():
     from torch.utils.data import TensorDataset
-    from omnitune import workload
+    from omnitune.runtime import workload
     data = TensorDataset(torch.arange(12.0).view(6, 2), torch.arange(6))
     assert workload.on_device(data, torch.device("cpu")) is data
 
@@ -117,7 +117,7 @@ def test_a_cpu_workers_training_set_stays_where_it_is():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_gpu_worker_gathers_the_same_batches_on_the_gpu():
     from torch.utils.data import TensorDataset
-    from omnitune import workload
+    from omnitune.runtime import workload
     data = TensorDataset(torch.randn(100, 3), torch.randint(0, 5, (100,)))
     there = workload.on_device(data, torch.device("cuda", 0))
     for (x, y), (gx, gy) in zip(workload.batches(data, 16, seed=3), workload.batches(there, 16, seed=3)):

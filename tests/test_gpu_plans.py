@@ -6,9 +6,10 @@ the GPU alone at batch 64 ran 5.6 ms an iteration; cuda0 beside two 8-thread wor
 
 import pytest
 
-from omnitune import planning, profile as profile_mod
-from omnitune.perfmodel import Shape
-from omnitune.protocols import Sync
+from omnitune import planning
+from omnitune.core import profile as profile_mod
+from omnitune.core.protocols import Sync
+from omnitune.efficiency.perfmodel import Shape
 from tests.conftest import DATA
 
 H200 = DATA / "profile-h200-shapes-resnet.json"
@@ -36,8 +37,8 @@ def test_the_model_predicts_the_gpu_alone_and_puts_the_crowded_mixed_setup_far_b
 
 
 def test_a_plan_made_here_from_the_h200_profile_uses_the_gpu_and_neither_slow_setup(h200, tmp_path):
-    from omnitune import workload
-    from omnitune.probe import make_prober
+    from omnitune.runtime import workload
+    from omnitune.probing.probe import make_prober
     prober = make_prober(workload.load("shapes-resnet"), None, 0.9, 0)
     found = planning.search(h200, planning.Space(), prober, budget_s=8.0)
     plan = planning.build_plan(found, h200, str(H200), "shapes-resnet", None, 0.9, 0, "now")

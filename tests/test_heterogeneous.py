@@ -7,11 +7,13 @@ import math
 
 import pytest
 
-from omnitune import balance, planning, protocols
-from omnitune.perfmodel import PerfModel
-from omnitune.plan import Planning
-from omnitune.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
-from omnitune.statmodel import ProbeResult
+from omnitune import planning
+from omnitune.core import protocols
+from omnitune.core.plan import Planning
+from omnitune.core.protocols import Gossip, Groups, HPSGD, SoftSync, Sync
+from omnitune.efficiency import balance
+from omnitune.efficiency.perfmodel import PerfModel
+from omnitune.efficiency.statmodel import ProbeResult
 from tests.conftest import many_workers_profile
 
 
@@ -184,8 +186,8 @@ def test_calibration_jobs_cover_groups_formed_by_speed(sample_profile, tmp_path)
 def test_the_plan_takes_staleness_from_the_job_of_its_own_groups(sample_profile, tmp_path):
     """A calibration job's staleness answers for a shape only if it ran the same groups, balanced
     alike: groups formed by speed never borrow the in-order job's histogram."""
-    from omnitune.perfmodel import Shape
-    from omnitune.profile import Calibration
+    from omnitune.efficiency.perfmodel import Shape
+    from omnitune.core.profile import Calibration
 
     prof = slowed(sample_profile, tmp_path, [1, 1, 6])
     in_order = Calibration("cluster", "groups", 3, 16, 0.01, (5, 5, 5))
@@ -203,8 +205,8 @@ def test_the_plan_takes_staleness_from_the_job_of_its_own_groups(sample_profile,
 def test_a_real_profile_measures_the_staleness_of_groups_formed_by_speed(tmp_path):
     """gloo: profiling two workers, the second emulated 4× slower, runs balanced jobs of groups
     formed by speed besides the in-order ones, and the plan's setups take their histograms."""
-    from omnitune import profiler
-    from omnitune.cluster import load_cluster
+    from omnitune.profiling import profiler
+    from omnitune.core.cluster import load_cluster
 
     spec = tmp_path / "pair.yaml"
     spec.write_text("nodes:\n  - host: 127.0.0.1\n    cpu_workers: [1, 1]\n    emulated_slowdown: [1, 4]\n")
@@ -248,7 +250,7 @@ def test_a_real_run_of_unequal_groups_and_balanced_batches(tmp_path, protocol, g
     whatever `every` is, or draws its matching from another seed (`spec.seed + 1`)."""
     from collections import Counter
 
-    from omnitune.protocols import matching
+    from omnitune.core.protocols import matching
     from omnitune.runtime import job
     from tests.conftest import make_spec
 

@@ -19,9 +19,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from omnitune import plan, profile
-from omnitune.cluster import load_cluster
-from omnitune.errors import UserError
+from omnitune.core import plan, profile
+from omnitune.core.cluster import load_cluster
+from omnitune.core.errors import UserError
 from tests.conftest import DATA
 
 EXAMPLES = settings(max_examples=int(os.environ.get("LOADER_EXAMPLES", 150)), deadline=None,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from omnitune.runtime import job
+from omnitune.runtime.job import RunOptions
 from tests.conftest import make_plan
 
 pytestmark = pytest.mark.slow
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def run(tmp_path, protocol, groups, reach=True, max_time_s=60, **kw):
     plan = make_plan(tmp_path / "plan.json", protocol, groups, **kw)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=max_time_s)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=max_time_s))
     if reach:
         # The final model, a few steps past the evaluation that reached the target, may sit just below it.
         assert s.reached_target and s.final_accuracy >= kw.get("target", 0.9) - 0.05, s
@@ -84,7 +85,7 @@ def test_batchnorm_statistics_reach_the_evaluated_and_checkpointed_model(tmp_pat
 
 
 def checkpoint_accuracy(run_dir) -> float:
-    from omnitune import workload
+    from omnitune.runtime import workload
     wl = workload.load("bncnn-digits")
     model = wl.build_model()
     model.load_state_dict(torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"])

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from omnitune.cluster import Device
-from omnitune.errors import UserError
+from omnitune.core.cluster import Device
+from omnitune.core.errors import UserError
 from omnitune.runtime.measure import (GROW_CAP, GROW_GAIN, GROW_S, GROW_STEP_S, Settings, StepTimer, alone_steps,
                                       barriers, batch_sizes, grow_steps, measure_steps)
 

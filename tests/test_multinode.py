@@ -50,7 +50,7 @@ def summary(tmp_path) -> dict:
 
 def test_two_nodes_profile_together(tmp_path):
     """`omnitune profile --node-rank I` on each node: node 0 (the server's) writes the profile."""
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
 
     spec = tmp_path / "cluster.yaml"
     spec.write_text(f"nodes:\n  - host: 127.0.0.1\n  - host: 127.0.0.1\nrendezvous: 127.0.0.1:{two_free_ports()}\n")
@@ -97,7 +97,7 @@ def test_a_worker_killed_on_the_other_node_restarts_both_nodes(tmp_path):
 
 def test_a_node_alone_gives_up_with_a_clear_message(tmp_path, monkeypatch):
     """Node 1 never starts: node 0 stops when the rendezvous's join timeout (10 min; 3 s here) ends."""
-    from omnitune.errors import UserError
+    from omnitune.core.errors import UserError
     from omnitune.runtime import job, launch
 
     config = launch.launch_config_kwargs
@@ -106,4 +106,4 @@ def test_a_node_alone_gives_up_with_a_clear_message(tmp_path, monkeypatch):
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], nodes={"cpu1": 1},
                      rendezvous=f"127.0.0.1:{two_free_ports()}")
     with pytest.raises(UserError, match=r"the rendezvous of 2 node\(s\) at 127\.0\.0\.1:\d+ failed .* a node's command is not running"):
-        job.run(str(plan), str(tmp_path / "run"), node_rank=0)
+        job.run(str(plan), str(tmp_path / "run"), job.RunOptions(node_rank=0))

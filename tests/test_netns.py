@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from omnitune.cluster import Device
+from omnitune.core.cluster import Device
 from tests.conftest import ROOT, make_plan
 from tests.netns import Hosts, ip, leftovers, unavailable
 
@@ -151,7 +151,7 @@ def test_a_cut_link_ends_every_host_with_one_line_and_resume_goes_on(tmp_path, h
 
 def test_profile_across_two_hosts(tmp_path, hosts):
     """Each host's `omnitune profile --node-rank I`: host 0's writes a profile whose link is tcp."""
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
 
     spec = two_host_spec(tmp_path, hosts)
     procs = start_nodes(hosts, lambda n: ["profile", "--workload", "lenet-digits", "--cluster", str(spec), "--quick",
@@ -177,7 +177,7 @@ def test_profile_measures_a_shaped_link(tmp_path, hosts):
     """The link shaped to 50 Mbit/s: for a message of the model's size, all-reduce between the two
     hosts (each sends the message once, both ways at once) and a round trip (the message there,
     then back) agree with the rate within 20%."""
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
 
     hosts.shape(SHAPED_MBIT)
     procs = start_nodes(hosts, lambda n: ["profile", "--workload", "lenet-digits", "--cluster",
@@ -195,7 +195,7 @@ def test_profile_measures_a_shaped_link(tmp_path, hosts):
 
 
 def test_gloo_finds_the_interface_of_the_hosts_address(hosts):
-    code = f"from omnitune.env import interface_of; print(interface_of({hosts[1].address!r}))"
+    code = f"from omnitune.core.env import interface_of; print(interface_of({hosts[1].address!r}))"
     assert hosts[1].run([sys.executable, "-c", code], cwd=ROOT, check=True).stdout.strip() == hosts[1].interface
 
 

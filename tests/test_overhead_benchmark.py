@@ -13,7 +13,7 @@ import torch
 
 from benchmarks import overhead, plain_steps
 from benchmarks.common import RESULTS
-from omnitune.cluster import Device
+from omnitune.core.cluster import Device
 from tests.conftest import ROOT
 
 

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from omnitune.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel, Piecewise, Shape, calibration_shape
-from omnitune.profile import AllReduceTiming, Network, P2PTiming
-from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
+from omnitune.core.profile import AllReduceTiming, Network, P2PTiming
+from omnitune.core.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
+from omnitune.efficiency.perfmodel import ComputeModel, Linear, NetworkModel, PerfModel, Piecewise, Shape, calibration_shape
 
 
 def test_linear_fit_recovers_ground_truth():
@@ -121,7 +121,7 @@ def synthetic_calibration(batches=(8, 32, 128), bend: float = 1.0):
     and the analytic model."""
     from dataclasses import replace
 
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v1-calibrated.json")
@@ -208,7 +208,7 @@ def test_a_gpus_step_is_never_slower_than_at_a_larger_batch():
 
 
 def test_cpu_workers_crowding_a_gpus_core_are_stretched_and_the_gpu_is_not():
-    from omnitune.perfmodel import Cores
+    from omnitune.efficiency.perfmodel import Cores
     cores = Cores(16, {"cuda0": 1, "a": 8, "b": 8, "c": 7, "rest": 15}, dict.fromkeys(["cuda0", "a", "b", "c", "rest"], 0),
                   frozenset({"cuda0"}))
     assert cores.slowdown(["cuda0", "a", "b"]) == {"cuda0": 1.0, "a": 2.0, "b": 2.0}      # 17 threads on 16 cores

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from omnitune import plan
-from omnitune.errors import UserError
-from omnitune.protocols import Gossip, SoftSync
+from omnitune.core import plan
+from omnitune.core.errors import UserError
+from omnitune.core.protocols import Gossip, SoftSync
 from tests.conftest import DATA
 
 

@@ -1,6 +1,6 @@
-from omnitune.probe import ProbeConfig, eval_schedule, make_prober, run_probe
-from omnitune.protocols import Gossip, Groups, SoftSync, Sync
-from omnitune.statmodel import ProbeStatus
+from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
+from omnitune.efficiency.statmodel import ProbeStatus
+from omnitune.probing.probe import ProbeConfig, eval_schedule, make_prober, run_probe
 
 
 def test_probe_reaches_a_modest_target(digits):

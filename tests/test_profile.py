@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from omnitune import profile
-from omnitune.errors import UserError
+from omnitune.core import profile
+from omnitune.core.errors import UserError
 from tests.conftest import DATA
 
 

@@ -1,6 +1,7 @@
-from omnitune import profiler
-from omnitune.cluster import local_cluster
-from omnitune.profile import StepTiming
+from omnitune.core.cluster import local_cluster
+from omnitune.core.profile import StepTiming
+from omnitune.profiling import profiler
+from omnitune.runtime import host
 from omnitune.runtime.measure import Settings
 from omnitune.runtime.profile_worker import ProfileJob, alone_sized, message_sizes, p2p_partner, sized_specs
 from omnitune.runtime.topology import Node
@@ -23,7 +24,7 @@ def test_host_facts_are_this_hosts():
 
     import torch
 
-    facts = profiler.host_facts()
+    facts = host.host_facts()
     assert facts.hostname == socket.gethostname()
     assert facts.cpu_count == os.cpu_count()
     assert facts.platform == platform.platform()
@@ -45,9 +46,9 @@ def test_host_facts_name_each_visible_cuda_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: names[i])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert profiler.host_facts().cuda_devices == ("GPU zero", "GPU one")
+    assert host.host_facts().cuda_devices == ("GPU zero", "GPU one")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert profiler.host_facts().cuda_devices == ()
+    assert host.host_facts().cuda_devices == ()
 
 
 def test_calibration_runs_every_variant_the_planner_may_choose():

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from omnitune import protocols
-from omnitune.protocols import Costs, Gossip, Groups, HPSGD, SoftSync, Sync
+from omnitune.core import protocols
+from omnitune.core.protocols import Costs, Gossip, Groups, HPSGD, SoftSync, Sync
 
 
 def test_every_protocol_is_listed_once_in_the_planners_order():

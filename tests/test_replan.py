@@ -1,8 +1,8 @@
 import pytest
 
-from omnitune import replan
+from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
+from omnitune.planning import replan
 from omnitune.planning import MU_STAR
-from omnitune.protocols import Gossip, Groups, SoftSync, Sync
 from tests.conftest import make_spec
 
 FOUR = [["cpu0"], ["cpu1"], ["cpu2"], ["cpu3"]]

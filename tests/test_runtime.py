@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from omnitune.runtime import job
+from omnitune.runtime.job import RunOptions
 from tests.conftest import make_plan
 
 pytestmark = pytest.mark.slow
@@ -26,7 +27,7 @@ def check_run_dir(run_dir, summary):
 
 def test_sync_run_reaches_target(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], target=0.9)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60))
     assert s.reached_target and s.final_accuracy >= 0.9
     assert s.processes == 2 and s.updates_per_group == (s.iterations,)
     assert s.staleness == (s.iterations,) and 0 < s.time_to_target_s <= s.wall_s
@@ -35,7 +36,7 @@ def test_sync_run_reaches_target(tmp_path):
 
 def test_groups_run_reaches_target_with_both_groups(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "groups", [["cpu0"], ["cpu1"]], momentum=0.4, target=0.9)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=60)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60))
     assert s.reached_target and s.processes == 3
     assert len(s.updates_per_group) == 2 and min(s.updates_per_group) > 0
     assert sum(s.updates_per_group) == s.iterations == sum(s.staleness)
@@ -47,7 +48,7 @@ def test_groups_run_reaches_target_with_both_groups(tmp_path):
 
 def test_run_stops_at_max_time(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=1e-5, target=0.99)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=1.0)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=1.0))
     assert not s.reached_target and s.time_to_target_s is None
     assert 1.0 <= s.wall_s < 10
 
@@ -55,17 +56,17 @@ def test_run_stops_at_max_time(tmp_path):
 def test_groups_of_two_all_reduce_inside_and_share_the_server(tmp_path):
     groups = [["cpu0", "cpu1"], ["cpu2", "cpu3"]]
     plan = make_plan(tmp_path / "plan.json", "groups", groups, batch=16, momentum=0.4, target=0.85)
-    s = job.run(str(plan), str(tmp_path / "run"), max_time_s=90)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=90))
     assert s.reached_target and s.processes == 5 and min(s.updates_per_group) > 0
 
 
 def test_resume_goes_on_from_the_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     slow = make_plan(tmp_path / "slow.json", "sync", [["cpu0"]], lr=0.002, target=0.99)
-    first = job.run(str(slow), str(run_dir), max_time_s=0.6)
+    first = job.run(str(slow), str(run_dir), RunOptions(max_time_s=0.6))
     assert not first.reached_target
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.05, target=0.9)
-    s = job.run(str(plan), str(run_dir), max_time_s=60, resume=True)
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, resume=True))
     assert s.reached_target and s.iterations > first.iterations
     assert s.time_to_target_s > first.wall_s - first.eval_s      # the training clock went on
     metrics = read_metrics(run_dir)
@@ -77,12 +78,12 @@ def test_replan_during_a_real_run(tmp_path):
     learner per group (it once split them into groups of two and crashed)."""
     from functools import partial
 
-    from omnitune.probe import retune
+    from omnitune.probing.probe import retune
 
     learners = [["cpu0"], ["cpu1"], ["cpu2"], ["cpu3"]]
     plan = make_plan(tmp_path / "plan.json", "softsync", learners, softsync_n=4, lr=0.05, momentum=0.4, target=0.985)
     run_dir = tmp_path / "run"
-    s = job.run(str(plan), str(run_dir), max_time_s=1.0, replan_every_s=0.5, replan=partial(retune, iters=15))
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=1.0, replan_every_s=0.5), replan=partial(retune, iters=15))
     records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
     assert s.replans == len(records) >= 1 and s.replan_s > 0
     for r in records:
@@ -94,10 +95,10 @@ def test_replan_during_a_real_run(tmp_path):
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
-    from omnitune.errors import UserError
+    from omnitune.core.errors import UserError
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
     with pytest.raises(UserError, match="no checkpoint.pt"):
-        job.run(str(plan), str(tmp_path / "empty"), resume=True)
+        job.run(str(plan), str(tmp_path / "empty"), RunOptions(resume=True))
 
 
 def test_the_server_notices_a_leader_gone_silent():
@@ -120,8 +121,9 @@ def test_the_server_notices_a_leader_gone_silent():
 def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_profile):
     """12 groups: the rule 0.9 - (1 - 1/12) gives a negative explicit momentum, which torch's SGD
     refuses. The plan `plan` writes must be one `run` takes."""
-    from omnitune import planning, plan as plan_mod
-    from omnitune.statmodel import ProbeResult
+    from omnitune import planning
+    from omnitune.core import plan as plan_mod
+    from omnitune.efficiency.statmodel import ProbeResult
     from tests.conftest import many_workers_profile
 
     def prober(cfg, max_iters, max_seconds, on_eval=None, evals=16):          # every setting alike: the rule's momentum wins
@@ -134,5 +136,5 @@ def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_pr
     assert len(plan.spec.groups) == 12 and plan.spec.momentum < 0
     assert plan.spec.momentum == pytest.approx(0.9 - (1 - 1 / 12), abs=1e-4)
     plan_mod.save(plan, tmp_path / "plan.json")
-    s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), max_time_s=60)
+    s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), RunOptions(max_time_s=60))
     assert s.reached_target and s.processes == 13 and min(s.updates_per_group) > 0

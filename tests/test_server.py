@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from omnitune.protocols import Groups, SoftSync
+from omnitune.core.protocols import Groups, SoftSync
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params
 from omnitune.runtime.server import ParameterServer

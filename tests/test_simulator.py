@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from omnitune.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
-from omnitune.simulator import Link, Network, Scenario, SimDevice, simulate
+from omnitune.core.protocols import HPSGD, Gossip, Groups, SoftSync, Sync
+from omnitune.efficiency.simulator import Link, Network, Scenario, SimDevice, simulate
 
 M = 4e6                                                     # model bytes
 LAN = Network(intra=Link(5e-6, 10e9), inter=Link(50e-6, 1.25e9))
@@ -121,7 +121,8 @@ def test_bad_links_and_devices_are_rejected():
 def test_a_profile_gives_the_links_and_spreads():
     """From a real profile (two one-thread workers, schema 3): the message link from its round
     trips, the ring step from its all-reduce, each step's log-spread."""
-    from omnitune import profile as profile_mod, simulator
+    from omnitune.core import profile as profile_mod
+    from omnitune.efficiency import simulator
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v3.json")
@@ -150,8 +151,9 @@ def test_the_overhead_fitted_at_one_batch_predicts_the_jobs_at_another(key):
     taking turns pay about o/g per update; fails for hpsgd if _hpsgd drops sc.overhead_s."""
     import dataclasses
 
-    from omnitune import profile as profile_mod, simulator
-    from omnitune.perfmodel import calibration_shape
+    from omnitune.core import profile as profile_mod
+    from omnitune.efficiency import simulator
+    from omnitune.efficiency.perfmodel import calibration_shape
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v3.json")
@@ -170,8 +172,9 @@ def test_the_overhead_fitted_at_one_batch_predicts_the_jobs_at_another(key):
 def test_more_runtime_overhead_never_speeds_an_iteration_up(variant):
     """Seconds per iteration rise with o in every protocol's simulation. Fails if a protocol's
     simulation drops the overhead (e.g. _hpsgd steps without sc.overhead_s)."""
-    from omnitune import profile as profile_mod, simulator
-    from omnitune.perfmodel import Shape
+    from omnitune.core import profile as profile_mod
+    from omnitune.efficiency import simulator
+    from omnitune.efficiency.perfmodel import Shape
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v3.json")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from omnitune import statmodel
+from omnitune.efficiency import statmodel
 
 
 def test_iters_to_target_interpolates():

@@ -1,11 +1,13 @@
-"""Timing a configuration with a real job before it may win (omnitune/timing.py)."""
+"""Timing a configuration with a real job before it may win (omnitune/probing/timing.py)."""
 
 import dataclasses
 
 from typer.testing import CliRunner
 
-from omnitune import profile as profile_mod, profiler, timing
-from omnitune.cli import app
+from omnitune.cli.app import app
+from omnitune.core import profile as profile_mod
+from omnitune.probing import timing
+from omnitune.runtime import host
 from tests.conftest import DATA, make_spec
 
 
@@ -15,7 +17,7 @@ def test_a_profile_of_another_machine_is_not_timed_here_and_says_why():
 
 
 def test_a_profile_of_a_machine_like_this_one_is_timed_here(sample_profile):
-    mine = dataclasses.replace(sample_profile, host=profiler.host_facts())
+    mine = dataclasses.replace(sample_profile, host=host.host_facts())
     assert timing.here(mine) == ""
     far = dataclasses.replace(mine.cluster.devices[0], host="10.0.0.2")
     other = dataclasses.replace(mine, cluster=dataclasses.replace(mine.cluster, devices=(far,) + mine.cluster.devices[1:]))

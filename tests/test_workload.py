@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from omnitune import workload
-from omnitune.errors import UserError
+from omnitune.core.errors import UserError
+from omnitune.runtime import workload
 
 
 def test_names_with_dashes_or_underscores():

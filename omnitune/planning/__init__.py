@@ -20,8 +20,8 @@ timing (`Timer`).
 
 from omnitune.planning.build import build_plan, candidate_rows, predict
 from omnitune.planning.hardware import Hardware, measured_shape, profiled, spec_batches, spec_of
-from omnitune.planning.probes import HandsOn, Prober
 from omnitune.planning.omnivore import Search, search
+from omnitune.planning.probes import HandsOn, Prober
 from omnitune.planning.setups import enumerate_setups
 from omnitune.planning.space import DEFAULT_BATCHES, MU_STAR, Config, Scored, Setup, Space
 from omnitune.planning.timed import Timer

@@ -10,9 +10,9 @@ and, within it, how many probes run and how long each may train. A job predicted
 less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the whole `plan`
 (datasets and scouts included) ends within about 15 s, and the table says the job was too small
 for a full search. When no scout can predict (a long job: its curve has barely left chance), the
-budget is a fixed UNKNOWN_BUDGET_S, and the optimizer ranks configurations by training loss after
+budget is a fixed UNKNOWN_BUDGET_S, and the search ranks configurations by training loss after
 equal training time instead; the leaders of the two best setups then train on past the budget
-(optimizer.FINALISTS), and the winner's training is handed on to the run, not spent.
+(final.FINALISTS), and the winner's training is handed on to the run, not spent.
 `--budget-s` overrides all of this. A probe that would end past the
 budget, by the profile's step times, is not started (scouts included: on a large simulated fleet
 one probe takes seconds).

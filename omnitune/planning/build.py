@@ -7,17 +7,17 @@ import math
 import time
 from dataclasses import replace
 
-from omnitune.errors import UserError
-from omnitune.perfmodel import PerfModel, Shape
-from omnitune.plan import ANALYTIC, MEASURED, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Prediction
+from omnitune.core.errors import UserError
+from omnitune.core.plan import ANALYTIC, MEASURED, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Prediction
+from omnitune.core.profile import Profile
+from omnitune.efficiency.perfmodel import PerfModel, Shape
+from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.hardware import analytic_covers, spec_batches, spec_of
+from omnitune.planning.omnivore import Search
 from omnitune.planning.probes import HandsOn, Prober, never
 from omnitune.planning.ranking import rank_key
-from omnitune.planning.omnivore import Search
 from omnitune.planning.space import Scored
-from omnitune.profile import Profile
-from omnitune.statmodel import ProbeResult, ProbeStatus
 
 
 def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:

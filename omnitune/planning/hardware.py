@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from omnitune import perfmodel, protocols, simulator
-from omnitune.balance import device_batches
-from omnitune.perfmodel import PerfModel, Shape
-from omnitune.plan import ANALYTIC
+from omnitune.core import protocols
+from omnitune.core.plan import ANALYTIC
+from omnitune.core.profile import Profile
+from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import perfmodel, simulator
+from omnitune.efficiency.balance import device_batches
+from omnitune.efficiency.perfmodel import PerfModel, Shape
 from omnitune.planning.space import Config, Setup
-from omnitune.profile import Profile
-from omnitune.runspec import RunSpec
 
 # (configuration, nominal per-device batch) -> (seconds per iteration, the staleness histogram
 # its probes replay; () for the emulator's own schedule)

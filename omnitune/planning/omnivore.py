@@ -8,9 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from omnitune.errors import UserError
-from omnitune.perfmodel import PerfModel
-from omnitune.plan import Planning
+from omnitune.core.errors import UserError
+from omnitune.core.plan import Planning
+from omnitune.core.profile import Profile
+from omnitune.efficiency.perfmodel import PerfModel
 from omnitune.planning import order, study as study_mod
 from omnitune.planning.final import FINAL_GROWTH, final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
@@ -21,7 +22,6 @@ from omnitune.planning.setups import enumerate_setups
 from omnitune.planning.space import Scored, Space
 from omnitune.planning.timed import Timer, measure_leaders, time_fastest
 from omnitune.planning.trials import Trials
-from omnitune.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -75,4 +75,4 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     reason = b.reason if not finalists else \
         f"{b.reason}; then the {finalists} leaders trained on to {FINAL_GROWTH:g}× their probes' training time"
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
-                                   RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME))
+                                   RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from omnitune import protocols
+from omnitune.core import protocols
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.space import LR_DECADES, Scored, Setup, faster_twin
 from omnitune.planning.trials import Trials

@@ -8,9 +8,9 @@ import math
 from dataclasses import replace
 from typing import Callable, Protocol, runtime_checkable
 
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod, study as study_mod
 from omnitune.planning.phases import Phase, Spending
-from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 
 
 class Prober(Protocol):
@@ -22,12 +22,10 @@ class Prober(Protocol):
 
 @runtime_checkable
 class HandsOn(Protocol):
-    """A prober that keeps where each configuration's latest probe stopped (`handoffs`) and can go
-    on from there (`start=`), so that a longer probe, or the run, does not train it again."""
+    """A prober that keeps where each configuration's latest probe stopped (`handoffs`: config ->
+    hand-off, with its `iterations`) and, called with `start=` one of them, goes on from there, so
+    that a longer probe, or the run, does not train it again."""
     handoffs: dict
-
-    def __call__(self, config: ProbeConfig, max_iters: int, max_seconds: float,
-                 on_eval: Callable[[int, float], bool], evals: int, start=None) -> ProbeResult: ...
 
 
 @runtime_checkable

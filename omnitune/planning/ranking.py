@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from omnitune.efficiency.statmodel import ProbeResult
 from omnitune.planning.space import Scored
-from omnitune.statmodel import ProbeResult
 
 RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
 # Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from omnitune import protocols
-from omnitune.balance import device_batches, wasted
-from omnitune.perfmodel import PerfModel, Shape
+from omnitune.core import protocols
+from omnitune.core.profile import Profile
+from omnitune.efficiency.balance import device_batches, wasted
+from omnitune.efficiency.perfmodel import PerfModel, Shape
 from omnitune.planning.hardware import Hardware, heterogeneous, probe_cost, profiled, speeds
 from omnitune.planning.space import DEFAULT_BATCHES, Setup, Space
-from omnitune.profile import Profile
 
 # A layout's slowest devices are left out one at a time while that speeds some protocol up, at most
 # this many: each subset is a full set of setups to score.

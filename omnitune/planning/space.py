@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnitune import protocols
-from omnitune.protocols import Variant
-from omnitune.statmodel import ProbeConfig, ProbeResult
+from omnitune.core import protocols
+from omnitune.core.protocols import Variant
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult
 
 DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 LR_DECADES = (0.1, 0.01, 0.001, 0.0001)   # Omnivore's cold start

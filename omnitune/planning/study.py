@@ -4,8 +4,8 @@ same predicted training time. The optimizer never hands optuna its loop."""
 
 from __future__ import annotations
 
-from omnitune.files import from_dict, to_dict
-from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
+from omnitune.core.files import from_dict, to_dict
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 
 NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
 

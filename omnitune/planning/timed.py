@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss
 from omnitune.planning.ranking import ordered
 from omnitune.planning.space import LR_DECADES, MU_STAR, Config, Scored, Setup
 from omnitune.planning.trials import Trials
-from omnitune.statmodel import ProbeConfig, ProbeResult
 
 # A configuration -> its seconds per iteration measured by a short real job, None on failure
 Timer = Callable[[Config], "float | None"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from omnitune.core.protocols import Variant
+from omnitune.efficiency.statmodel import ProbeResult
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Scouting, Spending
 from omnitune.planning.probes import ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
 from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
-from omnitune.protocols import Variant
-from omnitune.statmodel import ProbeResult
 
 
 @dataclass(frozen=True)

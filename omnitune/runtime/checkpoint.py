@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from omnitune.errors import UserError
-from omnitune.files import atomic_write_bytes
+from omnitune.core.errors import UserError
+from omnitune.core.files import atomic_write_bytes
 from omnitune.runtime.optim import HeavyBall
 
 

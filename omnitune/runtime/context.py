@@ -15,17 +15,17 @@ from pathlib import Path
 
 import torch
 
-from omnitune import env
-from omnitune.cluster import Device
-from omnitune.files import append_jsonl, atomic_write_bytes, to_dict
-from omnitune.runspec import RunSpec
+from omnitune.core import env
+from omnitune.core.cluster import Device
+from omnitune.core.files import append_jsonl, atomic_write_bytes, to_dict
+from omnitune.core.runspec import RunSpec
 from omnitune.runtime import checkpoint
 from omnitune.runtime.checkpoint import Start
-from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.monitor import Monitor
+from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
 from omnitune.runtime.topology import Role
-from omnitune.workload import Workload
+from omnitune.runtime.workload import Workload
 
 
 FAULT_MARK = "omnitune fault hook:"      # in the broken rank's stderr log

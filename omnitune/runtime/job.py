@@ -13,15 +13,16 @@ import hashlib
 import json
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from omnitune import plan as plan_mod
-from omnitune.errors import UserError
-from omnitune.files import append_jsonl, to_dict
-from omnitune.runspec import RunSpec
+from omnitune.core import plan as plan_mod
+from omnitune.core.errors import UserError
+from omnitune.core.files import append_jsonl, to_dict
+from omnitune.core.runspec import RunSpec
 from omnitune.runtime import checkpoint, launch as launch_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
@@ -31,22 +32,48 @@ from omnitune.runtime.topology import nodes, roles
 # (run spec, checkpoint) -> (the re-tuned run spec, a record of what was tried, for replans.jsonl)
 Replanner = Callable[[RunSpec, Path], tuple[RunSpec, dict]]
 
-def prepare(spec: RunSpec, out_dir: str, max_time_s: float, eval_every_s: float, timeout_s: float,
-            resume: bool = False, node_rank: int | None = None, source: str = "the run spec",
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a plan runs (`omnitune run`'s options). A bad value is a UserError naming its option."""
+    max_time_s: float = 300.0                 # stop training after this many seconds
+    eval_every_s: float = 0.02                # seconds between test-set evaluations, at least
+    timeout_s: float = 120.0                  # a peer silent this long ends the job
+    resume: bool = False                      # go on from the run dir's checkpoint
+    from_scratch: bool = False                # start from untrained weights, not the plan's probe
+    replan_every_s: float | None = None       # re-tune lr and momentum every this many seconds of training
+    replan_probe_iters: int = 30              # iterations of each re-tuning probe
+    checkpoint_every_s: float | None = None   # checkpoint every this many seconds of training
+    max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
+    node_rank: int | None = None              # which node of a plan on several nodes this is
+
+    def __post_init__(self) -> None:
+        for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UserError(f"{option(name)} must be positive, got {value}")
+        for name, least in (("max_restarts", 0), ("replan_probe_iters", 1)):
+            if getattr(self, name) < least:
+                raise UserError(f"{option(name)} must be at least {least}, got {getattr(self, name)}")
+
+
+def option(field: str) -> str:
+    """A field's name as the command-line option it is."""
+    return "--" + field.replace("_", "-")
+
+
+def prepare(spec: RunSpec, out_dir: str, options: RunOptions, source: str = "the run spec",
             start_from: Path | None = None) -> JobArgs:
-    """Validate inputs and lay out this node's run dir; no process is started here. `source`
-    names where the spec came from, for errors. `start_from`: a checkpoint a fresh run starts
-    from (the plan's probe), on the coordinator's host; a resume goes on from the run dir's own.
+    """Lay out this node's run dir; no process is started here. `source` names where the spec
+    came from, for errors. `start_from`: a checkpoint a fresh run starts from (the plan's probe),
+    on the coordinator's host; a resume goes on from the run dir's own.
 
     The coordinator's node keeps the run's files (metrics, checkpoint, summary); the other nodes'
     run dirs hold their processes' logs.
     """
-    if max_time_s <= 0:
-        raise UserError(f"--max-time-s must be positive, got {max_time_s}")
-    if eval_every_s <= 0:
-        raise UserError(f"--eval-every-s must be positive, got {eval_every_s}")
+    resume = options.resume
     everyone = nodes(spec)
-    here = launch_mod.pick_node(everyone, spec.rendezvous, node_rank, source)
+    here = launch_mod.pick_node(everyone, spec.rendezvous, options.node_rank, source)
     coordinator = here == launch_mod.coordinator(everyone)
     run_dir = Path(out_dir)
     resume_from = None
@@ -63,46 +90,39 @@ def prepare(spec: RunSpec, out_dir: str, max_time_s: float, eval_every_s: float,
     if coordinator and not resume:      # a restart must not go on from an earlier run's checkpoint
         for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", checkpoint.FILE):
             (run_dir / stale).unlink(missing_ok=True)
-    return JobArgs(spec=spec, run_dir=str(run_dir.resolve()), max_time_s=max_time_s, eval_every_s=eval_every_s,
-                   timeout_s=timeout_s, resume_from=resume_from, node=here.index,
+    return JobArgs(spec=spec, run_dir=str(run_dir.resolve()), max_time_s=options.max_time_s,
+                   eval_every_s=options.eval_every_s, timeout_s=options.timeout_s, resume_from=resume_from, node=here.index,
                    store_port=launch_mod.store_port(everyone, spec.rendezvous))
 
 
-def run(plan_path: str, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
-        timeout_s: float = 120.0, resume: bool = False, replan_every_s: float | None = None,
-        replan: Replanner | None = None, checkpoint_every_s: float | None = None, max_restarts: int = 0,
-        node_rank: int | None = None, from_scratch: bool = False) -> RunSummary | None:
+def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
+        replan: Replanner | None = None) -> RunSummary | None:
     """Run this node's processes of the plan; the coordinator's node returns the run's summary.
 
     The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
-    counts that probe's training), unless `from_scratch`. With `replan_every_s`, `replan` re-tunes
-    the run spec from a checkpoint every that many seconds of training."""
+    counts that probe's training), unless `options.from_scratch`. With `options.replan_every_s`,
+    `replan` re-tunes the run spec from a checkpoint every that many seconds of training."""
     plan = plan_mod.load(plan_path)
     if plan.simulated_cluster:
         raise UserError(f"{plan_path}: planned by simulation for a cluster of {plan.simulated_cluster}, whose nodes "
                         "are names, not machines; to run on such nodes, write a cluster spec with their hosts "
                         "(`nodes:`), profile it and plan again")
-    start = None if from_scratch else plan_mod.start_path(plan, plan_path)
-    job = prepare(plan.spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, node_rank, plan_path, start)
-    if checkpoint_every_s is not None and checkpoint_every_s <= 0:
-        raise UserError(f"--checkpoint-every-s must be positive, got {checkpoint_every_s}")
-    if max_restarts < 0:
-        raise UserError(f"--max-restarts must be at least 0, got {max_restarts}")
+    if options.replan_every_s is not None and len(nodes(plan.spec)) > 1:
+        raise UserError("--replan-every-s: re-planning runs on one node only, and this plan has several")
+    start = None if options.from_scratch else plan_mod.start_path(plan, plan_path)
+    job = prepare(plan.spec, out_dir, options, plan_path, start)
     job = dataclasses.replace(job, plan_path=str(Path(plan_path).resolve()),
                               predicted_sec_per_iter=plan.prediction.sec_per_iter,
                               predicted_time_to_target_s=plan.prediction.time_to_target_s,
                               planning_s=plan.planning.spent_s if plan.planning else None,
                               planning_probes=plan.planning.probes if plan.planning else 0,
-                              checkpoint_every_s=checkpoint_every_s or float("inf"), max_restarts=max_restarts)
-    if replan_every_s is None:
+                              checkpoint_every_s=options.checkpoint_every_s or float("inf"),
+                              max_restarts=options.max_restarts)
+    if options.replan_every_s is None:
         return run_job(job)
-    if replan_every_s <= 0:
-        raise UserError(f"--replan-every-s must be positive, got {replan_every_s}")
-    if len(nodes(plan.spec)) > 1:
-        raise UserError("--replan-every-s: re-planning runs on one node only, and this plan has several")
     if replan is None:
         raise ValueError("replan_every_s needs a replan function")
-    return run_with_replans(plan, job, replan_every_s, replan)
+    return run_with_replans(plan, job, options.replan_every_s, replan)
 
 
 def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
@@ -111,7 +131,8 @@ def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_
     """Run a run spec on this one node, with no plan behind it (benchmarks, experiments), from
     scratch or from the checkpoint `start_from`. `experiment` sets JobArgs' experiment fields:
     eval_every_iters, max_iters, trajectory."""
-    job = prepare(spec, out_dir, max_time_s, eval_every_s, timeout_s, resume, start_from=start_from)
+    options = RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s, resume=resume)
+    job = prepare(spec, out_dir, options, start_from=start_from)
     return run_job(dataclasses.replace(job, **experiment))
 
 

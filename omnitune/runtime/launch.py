@@ -27,9 +27,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from omnitune import env
-from omnitune.cluster import LOOPBACK, endpoint
-from omnitune.errors import UserError
+from omnitune.core import env
+from omnitune.core.cluster import LOOPBACK, endpoint
+from omnitune.core.errors import UserError
 from omnitune.runtime.topology import Node
 
 

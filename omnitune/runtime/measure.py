@@ -17,10 +17,10 @@ from typing import Callable
 
 import torch
 
-from omnitune import workload as workload_mod
-from omnitune.cluster import Device
-from omnitune.errors import UserError
-from omnitune.profile import StepTiming
+from omnitune.core.cluster import Device
+from omnitune.core.errors import UserError
+from omnitune.core.profile import StepTiming
+from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.context import emulate_slowdown
 from omnitune.runtime.optim import HeavyBall
 
@@ -42,7 +42,7 @@ class Settings:
     warmup: int = 1
     link_repeats: int = 20
     calibrate_s: float = 0.4                 # each calibration job runs this long
-    calibrate_batches: tuple[int, ...] = (16, 64, 256)   # the planner's batches run to 256 (optimizer)
+    calibrate_batches: tuple[int, ...] = (16, 64, 256)   # the planner's batches run to 256
 
     @classmethod
     def make(cls, quick: bool, max_batch: int | None = None) -> "Settings":

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from omnitune.files import append_jsonl
+from omnitune.core.files import append_jsonl
 from omnitune.runtime.flat import get_params, num_params
-from omnitune.workload import Workload, evaluate
+from omnitune.runtime.workload import Workload, evaluate
 
 
 @dataclass

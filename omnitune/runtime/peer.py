@@ -24,12 +24,12 @@ import itertools
 import torch
 import torch.distributed as dist
 
-from omnitune import protocols
-from omnitune.protocols import matching
+from omnitune.core import protocols
+from omnitune.core.protocols import matching
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, get_state, num_params, num_state, set_state
-from omnitune.workload import batches
+from omnitune.runtime.workload import batches
 
 
 def train_hpsgd(ctx: Context, group) -> dict | None:

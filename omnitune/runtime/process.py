@@ -12,13 +12,14 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from omnitune import env, protocols, workload as workload_mod
-from omnitune.protocols import Variant
+from omnitune.core import env, protocols
+from omnitune.core.protocols import Variant
+from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import checkpoint, peer, server, worker
 from omnitune.runtime.context import Context, JobArgs, backend, torch_device
 from omnitune.runtime.launch import join
 from omnitune.runtime.topology import group_ranks, nodes, roles
-from omnitune.workload import Workload
+from omnitune.runtime.workload import Workload
 
 Loop = Callable[..., "dict | None"]
 

@@ -25,12 +25,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from omnitune import protocols, workload as workload_mod
-from omnitune.cluster import Device
-from omnitune.balance import device_batches, speed_calibrations
-from omnitune.perfmodel import pooled
-from omnitune.profile import AllReduceTiming, Calibration, DeviceProfile, P2PTiming
-from omnitune.runspec import RunSpec
+from omnitune.core import protocols
+from omnitune.core.cluster import Device
+from omnitune.core.profile import AllReduceTiming, Calibration, DeviceProfile, P2PTiming
+from omnitune.core.runspec import RunSpec
+from omnitune.efficiency.balance import device_batches, speed_calibrations
+from omnitune.efficiency.perfmodel import pooled
+from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.context import JobArgs, torch_device
 from omnitune.runtime.flat import num_buffers, num_params

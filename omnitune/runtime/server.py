@@ -17,8 +17,8 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
-from omnitune.balance import GroupBalancer
-from omnitune.protocols import Variant
+from omnitune.core.protocols import Variant
+from omnitune.efficiency.balance import GroupBalancer
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params, set_buffers, set_grads

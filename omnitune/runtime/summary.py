@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from omnitune.files import atomic_write_json, load_versioned, to_dict
+from omnitune.core.files import atomic_write_json, load_versioned, to_dict
 
 SCHEMA_VERSION = 1
 

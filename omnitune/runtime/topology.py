@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from omnitune.cluster import Device
-from omnitune.runspec import RunSpec
+from omnitune.core.cluster import Device
+from omnitune.core.runspec import RunSpec
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from omnitune.balance import equal_time_batches, step_time_line
+from omnitune.efficiency.balance import equal_time_batches, step_time_line
 from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context, buffer_device
 from omnitune.runtime.flat import get_buffers, get_grads, num_buffers, num_params, set_buffers, set_grads, set_params
-from omnitune.workload import batches
+from omnitune.runtime.workload import batches
 
 
 class Batches:

@@ -3,13 +3,14 @@ import math
 
 import pytest
 
-from omnitune import balance, planning
-from omnitune.perfmodel import PerfModel
+from omnitune import planning
+from omnitune.core.errors import UserError
+from omnitune.core.profile import Calibration
+from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
+from omnitune.efficiency import balance
+from omnitune.efficiency.perfmodel import PerfModel
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import budget
-from omnitune.errors import UserError
-from omnitune.profile import Calibration
-from omnitune.protocols import Gossip, Groups, SoftSync, Sync
-from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning.study import new_study
 
 BEST_LR = 0.003      # the fake workload's best effective learning rate: no fixed grid holds it
@@ -136,7 +137,7 @@ def test_plan_from_search_is_valid(sample_profile):
 
 
 def test_same_seed_same_plan_with_real_probes(sample_profile, digits):
-    from omnitune.probe import make_prober
+    from omnitune.probing.probe import make_prober
     wl, _, _ = digits
     space = planning.Space(protocols=("sync", "groups"), batch_sizes=(32,), lrs=(0.05, 0.1), momentum=0.5)
     plans = []
@@ -288,7 +289,7 @@ def test_every_protocol_has_its_own_probe(sample_profile):
 
 
 def test_balanced_batches_favour_the_faster_device(sample_profile):
-    from omnitune.perfmodel import ComputeModel, PerfModel
+    from omnitune.efficiency.perfmodel import ComputeModel, PerfModel
     perf = PerfModel.from_profile(sample_profile)
     slow = ComputeModel(perf.compute["cpu1"].batches, perf.compute["cpu1"].seconds * 3)
     perf = dataclasses.replace(perf, compute={**perf.compute, "cpu1": slow})
@@ -426,7 +427,8 @@ def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sa
     # the best rate of each of the two best setups (batch 8 and 32, not batch 8 at another rate)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
     assert all(total >= planning.final.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
-    assert found.scored[0].config.batch == 32 and "trained on" in found.planning.reason
+    assert found.scored[0].config.batch == 32 and found.planning.finalists == planning.final.FINALISTS
+    assert "trained on" in found.planning.reason
     # A prober that keeps no hand-offs: no final round, the probes' ranking stands.
     assert planning.search(sample_profile, space, prober.without_handoffs()).scored[0].config.batch == 8
 
@@ -485,7 +487,7 @@ def linked_at(profile, mbit: float, model_bytes: int = 1_326_120):
     """The sample profile for a model of `model_bytes`, its devices joined by a link of `mbit`
     Mbit/s: an all-reduce of two sends a message each way at once, a round trip there and back.
     No calibration, so the hardware model rests on the link alone."""
-    from omnitune.profile import AllReduceTiming, Network, P2PTiming
+    from omnitune.core.profile import AllReduceTiming, Network, P2PTiming
     rate = mbit * 1e6 / 8                                      # bytes per second
     sizes = (4096, model_bytes // 4, model_bytes, 4 * model_bytes)
     net = Network("shaped", tuple(AllReduceTiming(2, b, 1e-4 + b / rate) for b in sizes),
@@ -560,7 +562,7 @@ def test_a_sync_setup_with_a_faster_twin_is_not_probed(sample_profile):
 
 
 def test_a_probe_on_one_device_alone_costs_what_its_calibration_job_timed():
-    from omnitune import profile as profile_mod
+    from omnitune.core import profile as profile_mod
     from tests.conftest import DATA
 
     prof = profile_mod.load(DATA / "profile-v1-calibrated.json")

@@ -11,11 +11,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnitune import protocols
-from omnitune.cluster import Device
-from omnitune.files import atomic_write_json, load_versioned, to_dict
-from omnitune.protocols import Variant
-from omnitune.runspec import RunSpec
+from omnitune.core import protocols
+from omnitune.core.cluster import Device
+from omnitune.core.files import atomic_write_json, load_versioned, to_dict
+from omnitune.core.protocols import Variant
+from omnitune.core.runspec import RunSpec
 
 SCHEMA_VERSION = 2
 ANALYTIC = "analytic"      # perfmodel, calibrated on the profile's jobs: clusters that ran their profile
@@ -73,6 +73,7 @@ class Planning:
     ranked_by: str = "predicted time to target"   # or "training loss at equal training time"
     handed_on_s: float = 0.0         # of `seconds`, the chosen probe's training, which the run goes on from
     handed_on_iters: int = 0         # and its iterations
+    finalists: int = 0               # leaders that trained on in a final round (ranked by loss)
 
     def __post_init__(self):
         if self.seconds < 0 or self.probes < 0 or self.budget_s < 0 or not 0 <= self.handed_on_s <= self.seconds:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from omnitune import plan as plan_mod
-from omnitune.errors import UserError
+from omnitune.core import plan as plan_mod
+from omnitune.core.errors import UserError
 from omnitune.runtime import summary as summary_mod
 
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from omnitune import protocols
-from omnitune.profile import DeviceProfile, Network, Profile
-from omnitune.protocols import Costs, Sync, Variant
+from omnitune.core import protocols
+from omnitune.core.profile import DeviceProfile, Network, Profile
+from omnitune.core.protocols import Costs, Sync, Variant
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from omnitune.core.runspec import RunSpec
 from omnitune.planning.space import MU_STAR, OMNIVORE_MOMENTA
-from omnitune.runspec import RunSpec
 
 
 def retune_grid(lr: float, momentum: float) -> list[tuple[float, float]]:

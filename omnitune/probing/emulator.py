@@ -32,15 +32,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from omnitune import protocols
-from omnitune.protocols import matching
+from omnitune.core import protocols
+from omnitune.core.protocols import matching
+from omnitune.efficiency.statmodel import ProbeConfig
 from omnitune.runtime.checkpoint import Start, make_optimizer
-from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.flat import (get_buffers, get_grads, get_state, momentum_vector, num_buffers, num_params,
                                   optimizer_state, set_state)
+from omnitune.runtime.optim import HeavyBall
 from omnitune.runtime.server import ParameterServer
-from omnitune.statmodel import ProbeConfig
-from omnitune.workload import Workload, batches
+from omnitune.runtime.workload import Workload, batches
 
 
 class Emulator:

@@ -12,12 +12,12 @@ import tempfile
 from dataclasses import replace
 from typing import Callable
 
-from omnitune.cluster import is_loopback
-from omnitune.errors import UserError
-from omnitune.profile import HostFacts, Profile
-from omnitune.profiler import host_facts
-from omnitune.runspec import RunSpec
+from omnitune.core.cluster import is_loopback
+from omnitune.core.errors import UserError
+from omnitune.core.profile import HostFacts, Profile
+from omnitune.core.runspec import RunSpec
 from omnitune.runtime import job
+from omnitune.runtime.host import host_facts
 
 TIMING_S = 1.0          # a timing job trains this long, after its processes start
 TIMING_TIMEOUT_S = 60.0

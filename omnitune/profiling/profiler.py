@@ -12,10 +12,6 @@ workers, with batches balanced from the steps measured before.
 from __future__ import annotations
 
 import hashlib
-import os
-import platform
-import socket
-import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,25 +19,19 @@ from typing import Callable
 
 import torch
 
-from omnitune import protocols, workload as workload_mod
-from omnitune.cluster import Cluster, Device, is_loopback
-from omnitune.errors import UserError
-from omnitune.profile import SCHEMA_VERSION as PROFILE_SCHEMA
-from omnitune.profile import DeviceProfile, HostFacts, Network, Profile, StepTiming
-from omnitune.runspec import RunSpec
+from omnitune.core import protocols
+from omnitune.core.cluster import Cluster, Device, is_loopback
+from omnitune.core.errors import UserError
+from omnitune.core.profile import SCHEMA_VERSION as PROFILE_SCHEMA
+from omnitune.core.profile import DeviceProfile, Network, Profile, StepTiming
+from omnitune.core.runspec import RunSpec
+from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import launch as launch_mod
 from omnitune.runtime.context import torch_device
+from omnitune.runtime.host import host_facts
 from omnitune.runtime.measure import Settings, StepTimer, alone_steps
 from omnitune.runtime.profile_worker import ProfileJob, main as worker_main
 from omnitune.runtime.topology import placed_nodes
-
-
-def host_facts() -> HostFacts:
-    cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) \
-        if torch.cuda.is_available() else ()
-    return HostFacts(hostname=socket.gethostname(), cpu_count=os.cpu_count() or 1,
-                     platform=platform.platform(), python=sys.version.split()[0],
-                     torch=torch.__version__, cuda_devices=cuda)
 
 
 def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings: Settings,
@@ -61,19 +51,9 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     # Rank 0 plays the parameter server on the server's node; rank i runs device i - 1 where it is.
     everyone = placed_nodes([(cluster.server_node, cluster.server_host)] + [(d.node, d.host) for d in concurrent])
     here = launch_mod.pick_node(everyone, cluster.rendezvous, node_rank, "the cluster spec")
-    devices: dict[str, DeviceProfile] = {}
     network, calibration = None, []
-    # Devices outside that layout first, alike ones once, each with the host to itself (a GPU
-    # without CPU workers beside it): the mixed layouts' calibration jobs balance from them.
-    alike: dict[tuple, list[StepTiming]] = {}
-    concurrent_ids = set(cluster.layouts[biggest])
-    for device in cluster.devices:
-        if device.id not in concurrent_ids and (here.index == 0 or len(concurrent) == 1):
-            key = (device.kind, device.host, device.threads, device.emulated_slowdown)
-            if key not in alike:
-                progress(named(device))
-                alike[key] = measure_alone(wl, train, device, settings, progress)
-            devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
+    devices = outside(cluster, biggest, wl, train, settings, progress) \
+        if here.index == 0 or len(concurrent) == 1 else {}
     if len(concurrent) > 1:
         progress(f"{len(concurrent)} workers of layout {biggest!r} at once, then their links")
         several = len(everyone) > 1
@@ -96,14 +76,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         gathered = next((r for r in results.values() if r is not None), None)
         if gathered is None:                    # another node's rank 0 has the measurements
             return None
-        by_rank = {r["rank"]: r for r in gathered}
-        for r in by_rank.values():
-            if "device_id" in r:
-                devices[r["device_id"]] = DeviceProfile.measured(r["device_id"], r["steps"], concurrent=True)
-        link_kind = "tcp-gloo" if any(not is_loopback(n.host) for n in everyone) else "loopback-gloo"
-        network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
-                          p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
-        calibration = by_rank[0]["calibration"]
+        network, calibration = read_gathered(gathered, devices, everyone)
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))
@@ -117,6 +90,37 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         host=host_facts(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         quick=settings.repeats < Settings().repeats, calibration=tuple(calibration),
     )
+
+
+def outside(cluster: Cluster, biggest: str, wl, train, settings: Settings,
+            progress: Callable[[str], None]) -> dict[str, DeviceProfile]:
+    """The devices outside the concurrent layout, measured first, alike ones once, each with the
+    host to itself (a GPU without CPU workers beside it): the mixed layouts' calibration jobs
+    balance from them."""
+    devices: dict[str, DeviceProfile] = {}
+    alike: dict[tuple, list[StepTiming]] = {}
+    concurrent_ids = set(cluster.layouts[biggest])
+    for device in cluster.devices:
+        if device.id not in concurrent_ids:
+            key = (device.kind, device.host, device.threads, device.emulated_slowdown)
+            if key not in alike:
+                progress(named(device))
+                alike[key] = measure_alone(wl, train, device, settings, progress)
+            devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
+    return devices
+
+
+def read_gathered(gathered: list[dict], devices: dict[str, DeviceProfile], everyone) -> tuple[Network, list]:
+    """The concurrent job's results: each device's steps (into `devices`), the network, the
+    calibration jobs."""
+    by_rank = {r["rank"]: r for r in gathered}
+    for r in by_rank.values():
+        if "device_id" in r:
+            devices[r["device_id"]] = DeviceProfile.measured(r["device_id"], r["steps"], concurrent=True)
+    link_kind = "tcp-gloo" if any(not is_loopback(n.host) for n in everyone) else "loopback-gloo"
+    network = Network(link_kind=link_kind, allreduce=tuple(by_rank[1]["allreduce"]),
+                      p2p=tuple(by_rank[0]["p2p"]), server_update_s=by_rank[0]["server_update_s"])
+    return network, by_rank[0]["calibration"]
 
 
 def launch(job: ProfileJob, here, everyone, cluster: Cluster, workload_spec: str, log_dir: Path,

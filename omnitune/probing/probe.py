@@ -18,15 +18,19 @@ from typing import Callable
 import numpy as np
 import torch
 
-from omnitune import env, replan, statmodel, workload as workload_mod
+from omnitune.core import env
+from omnitune.core.plan import Plan
+from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import statmodel
+from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
+from omnitune.planning import replan
 from omnitune.planning.budget import EVALS, probe_test_size
-from omnitune.emulator import emulator
-from omnitune.plan import Plan
-from omnitune.runspec import RunSpec
+from omnitune.planning.probes import HandsOn, Prober
+from omnitune.probing.emulator import emulator
+from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import checkpoint
 from omnitune.runtime.flat import momentum_vector
-from omnitune.statmodel import ProbeConfig, ProbeResult, ProbeStatus
-from omnitune.workload import Workload, evaluate, first
+from omnitune.runtime.workload import Workload, evaluate, first
 
 
 @dataclass(frozen=True)
@@ -136,10 +140,11 @@ def eval_schedule(max_iters: int, evals: int) -> list[int]:
 
 
 def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
-    """A prober for the optimizer: (config, max_iters, max_seconds, on_eval, evals, start) ->
-    ProbeResult on this workload; `handoffs` keeps where each configuration's latest probe stopped. It evaluates on the test set's first probe_test_size samples (its
-    `test_size`), at most `evals` times (eval_schedule; the optimizer picks `evals` so evaluating
-    stays cheap)."""
+    """A prober for the search (planning.probes: a Prober that HandsOn and is TestSized):
+    (config, max_iters, max_seconds, on_eval, evals, start) -> ProbeResult on this workload;
+    `handoffs` keeps where each configuration's latest probe stopped. It evaluates on the test
+    set's first probe_test_size samples (its `test_size`), at most `evals` times (eval_schedule;
+    the search picks `evals` so evaluating stays cheap)."""
     env.keep_freed_memory()            # probes step as fast as the runtime's processes
     train, test = wl.build_datasets(data_dir, seed)
     test = first(test, probe_test_size(target, len(test)))
@@ -154,13 +159,14 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
     return prober
 
 
-def hand_on(plan: Plan, prober, plan_path: Path) -> Plan:
+def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
     """Write where the latest probe of the plan's configuration stopped beside the plan, as the
     checkpoint its run starts from, and record it in the plan (its training counted as handed on,
     not spent). The plan as it was when this prober ran no probe of that configuration (all of
     them reused from an earlier search's study)."""
     want = probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
-    start = next((h for c, h in getattr(prober, "handoffs", {}).items() if replace(c, staleness=()) == want), None)
+    handoffs = prober.handoffs if isinstance(prober, HandsOn) else {}
+    start = next((h for c, h in handoffs.items() if replace(c, staleness=()) == want), None)
     if start is None or plan.planning is None or any(acc >= plan.spec.target_accuracy for _, acc in start.curve):
         # A probe that reached the target hands nothing on: past its crossing the run would have to
         # cross again (lenet-digits at lr 0.1 swung on to chance), where from scratch it replays it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def local_rank() -> int:
@@ -61,11 +62,9 @@ def interface_of(host: str) -> str | None:
     return None
 
 
-def cache_dir() -> "Path | None":
+def cache_dir() -> Path | None:
     """Where generated datasets are kept between commands: OMNITUNE_CACHE_DIR, else
     $XDG_CACHE_HOME/omnitune, else ~/.cache/omnitune; None when OMNITUNE_CACHE_DIR is "off"."""
-    from pathlib import Path
-
     value = os.environ.get("OMNITUNE_CACHE_DIR")
     if value == "off":
         return None

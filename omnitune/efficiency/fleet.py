@@ -22,12 +22,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from omnitune import profile as profile_mod, simulator
-from omnitune.cluster import Cluster, read_spec_as
-from omnitune.errors import UserError
-from omnitune.perfmodel import Shape
-from omnitune.profile import Profile
-from omnitune.protocols import Variant
+from omnitune.core import profile as profile_mod
+from omnitune.core.cluster import Cluster, read_spec_as
+from omnitune.core.errors import UserError
+from omnitune.core.profile import Profile
+from omnitune.core.protocols import Variant
+from omnitune.efficiency import simulator
+from omnitune.efficiency.perfmodel import Shape
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from omnitune import env
-from omnitune.errors import UserError
-from omnitune.files import atomic_write_bytes
+from omnitune.core import env
+from omnitune.core.errors import UserError
+from omnitune.core.files import atomic_write_bytes
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
 
 def resolve(spec: str) -> Path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from omnitune.protocols import Variant
+from omnitune.core.protocols import Variant
 
 
 def iters_to_target(iters: np.ndarray, accuracy: np.ndarray, target: float) -> float | None:

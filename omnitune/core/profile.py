@@ -6,8 +6,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from omnitune.cluster import Cluster
-from omnitune.files import atomic_write_json, load_versioned, to_dict
+from omnitune.core.cluster import Cluster
+from omnitune.core.files import atomic_write_json, load_versioned, to_dict
 
 SCHEMA_VERSION = 3          # 2 added calibration staleness, 3 step spread; older files load as they are
 

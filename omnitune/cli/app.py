@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import random
-import shutil
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from omnitune.errors import UserError
+from omnitune.core.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest way to train a model on your CPUs and GPUs, then run it.")
@@ -27,14 +24,6 @@ def _fail(e: Exception) -> None:
     # Messages quote torch's, which hold "[/path/file.cc:78]": text, not markup.
     console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
-
-
-def _seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 @app.command()
@@ -51,29 +40,18 @@ def profile(
                                             "of several nodes: run the same command on each"),
 ):
     """Measure each device's training throughput and the links between devices."""
-    from omnitune import profile as profile_mod, profiler
-    from omnitune.cluster import load_cluster, local_cluster
-    # Worker logs go beside the profile, kept only when a failure wrote into them (its message
-    # names them): nothing of the command stays in the system's temporary folder.
-    logs = out_path.with_name(out_path.name + ".logs")
-    done = False
+    from omnitune import api
+    from omnitune.core.cluster import load_cluster, local_cluster
     try:
-        settings = profiler.Settings.make(quick, max_batch)
-        spec = load_cluster(cluster) if cluster else local_cluster()
         with console.status("profiling…") as status:
-            prof = profiler.profile(spec, workload, data_dir, settings, logs,
-                                    progress=lambda m: status.update(f"profiling: {m}"), node_rank=node_rank)
-        if prof is None:
-            done = True
-            out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
-            return
-        profile_mod.save(prof, out_path)
-        done = True
+            prof = api.profile(workload, out_path, cluster, data_dir, quick, max_batch, node_rank,
+                               progress=lambda m: status.update(f"profiling: {m}"))
     except UserError as e:
         _fail(e)
-    finally:
-        if done or not (logs.is_dir() and any(logs.iterdir())):
-            shutil.rmtree(logs, ignore_errors=True)
+    if prof is None:
+        spec = load_cluster(cluster) if cluster else local_cluster()
+        out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
+        return
     table = Table(title=f"{prof.workload}: {prof.model_params:,} parameters")
     for col in ("device", "threads", "batch 1 (samples/s)", "best (samples/s)", "at batch", "gain"):
         table.add_column(col, justify="right")
@@ -117,65 +95,23 @@ def plan(
                                         "short real job before it may win (only on the profiled machine)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
-    from omnitune import fleet as fleet_mod, plan as plan_mod, planning, probe, profile as profile_mod, timing, \
-        workload as wl_mod
-    from omnitune.planning import study as study_mod
+    from omnitune import api
+    from omnitune.planning.request import PlanRequest
     try:
-        space = _space(target_accuracy, protocol, groups, batch_size, lr, momentum)
-        if budget_s is not None and budget_s < 0:
-            raise UserError(f"--budget-s must not be negative, got {budget_s}")
-        if predict_s < 0:
-            raise UserError(f"--predict-s must not be negative, got {predict_s}")
-        if hardware_model not in (plan_mod.ANALYTIC, plan_mod.SIMULATED):
-            raise UserError(f"--hardware-model must be {plan_mod.ANALYTIC} or {plan_mod.SIMULATED}, got "
-                            f"{hardware_model!r}")
-        if (profile_path is None) == (cluster is None):
-            raise UserError("give one of --profile (a measured cluster) or --cluster (node types to simulate)")
-        fleet = fleet_mod.load(cluster) if cluster is not None else None
-        prof = fleet.profile if fleet else profile_mod.load(profile_path)
-        profile_path = cluster if fleet else profile_path
-        largest = max(len(devices) for devices in prof.cluster.layouts.values())
-        if groups is not None and groups > largest:
-            raise UserError(f"--groups {groups}: more groups than devices ({profile_path} has at most "
-                            f"{largest} devices in a layout)")
-        wl = wl_mod.load(workload)
-        if wl_mod.resolve(prof.workload) != wl.path:
-            console.print(f"[yellow]warning:[/yellow] {profile_path} was measured with workload "
-                          f"{prof.workload!r}, not {workload!r}")
-        _seed_everything(seed)
-        prober = probe.make_prober(wl, data_dir, target_accuracy, seed)
-        elsewhere = "" if fleet else timing.here(prof)
-        if elsewhere:
-            console.print(f"planning for a machine you are not on ({elsewhere}): the probes train on this "
-                          "machine's CPU, and every seconds-per-iteration figure comes from the profile")
-        def timer(config):
-            status.update(f"planning: timing {config.layout} {config.variant.label} with a real job")
-            return timing.time_spec(planning.spec_of(config, prof, workload, data_dir, target_accuracy, seed))
-        timed = time_finalists and not fleet and not elsewhere and hardware_model == plan_mod.ANALYTIC
-        study = study_mod.new_study(_study_storage(out_path),
-                                    _study_name(prof, workload, target_accuracy, seed, probe_iters, budget_s,
-                                                hardware_model))
+        request = PlanRequest(workload, target_accuracy, profile_path, cluster, out_path, data_dir, protocol, groups,
+                              batch_size, lr, momentum, seed, probe_iters, budget_s, predict_s, hardware_model,
+                              time_finalists)
         with console.status("planning…") as status:
-            if fleet:
-                status.update(f"planning: simulating every configuration on {fleet.nodes} nodes")
-            found = planning.search(prof, space, prober, max_probe_iters=probe_iters, budget_s=budget_s,
-                                     study=study, log=lambda m: status.update(f"planning: {m}"),
-                                     hardware=fleet.hardware if fleet else planning.profiled(prof, hardware_model),
-                                     timer=timer if timed else None)
-            if predict_s > 0:
-                status.update(f"probing the chosen configuration for {predict_s:g}s to predict its time")
-                found = planning.predict(found, prober, predict_s)
-        result = planning.build_plan(found, prof, str(profile_path), workload, data_dir, target_accuracy,
-                                      seed, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                      simulated_cluster=fleet.description if fleet else "",
-                                      hardware_model=hardware_model)
-        if not fleet:
-            result = probe.hand_on(result, prober, out_path)
-        plan_mod.save(result, out_path)
-    except ValueError as e:
+            result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
+                              notice=lambda m: console.print(m, highlight=False))
+    except (ValueError, UserError) as e:
         _fail(UserError(str(e)))
-    except UserError as e:
-        _fail(e)
+    _render_plan(result, out_path)
+
+
+def _render_plan(result, out_path: Path) -> None:
+    from omnitune import planning
+    from omnitune.core import plan as plan_mod
     out.print(_candidates_table(result))
     p, spec = result.prediction, result.spec
     chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
@@ -186,9 +122,9 @@ def plan(
                 if p.time_to_target_s is None else
                 f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                 f"{p.sec_per_iter * 1e3:.2f} ms")
-        final = (f"; the best of the {planning.final.FINALISTS} best setups then trained on to "
+        final = (f"; the best of the {result.planning.finalists} best setups then trained on to "
                  f"{planning.final.FINAL_GROWTH:g}× as long, and the lowest loss there won"
-                 if "trained on" in result.planning.reason else "")
+                 if result.planning.finalists else "")
         out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                   f"lowest training loss after equal training time (Omnivore's criterion; losses within "
                   f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
@@ -203,7 +139,8 @@ def plan(
     for device, why in result.idle.items():
         out.print(f"idle: {device} ({why})")
     if result.simulated_cluster:
-        out.print(f"simulated plan for {result.simulated_cluster} ({fleet.nodes} nodes): seconds per iteration and "
+        nodes = len({d.node for d in result.spec.devices})
+        out.print(f"simulated plan for {result.simulated_cluster} ({nodes} nodes): seconds per iteration and "
                   "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
     elif result.hardware_model == plan_mod.MEASURED:
         out.print(f"seconds per iteration from a short real job of this configuration ({p.sec_per_iter * 1e3:.2f} ms; "
@@ -229,38 +166,6 @@ def _batches(batch_size: dict[str, int]) -> str:
     if len(sizes) == 1:
         return f"batch {sizes.pop()}/device"
     return "batches " + ", ".join(f"{d} {b}" for d, b in batch_size.items())
-
-
-def _study_storage(plan_path: Path) -> str:
-    """Probes are kept in SQLite beside the plan, so an interrupted `plan` resumes where it stopped."""
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{plan_path.with_suffix('.study.db')}"
-
-
-def _study_name(prof, workload, target, seed, probe_iters, budget_s, hardware_model) -> str:
-    """Everything a stored probe's outcome depends on (its length follows the budget); anything
-    else starts a new study."""
-    return (f"{workload}|{prof.measured_at}|devices={len(prof.devices)}|target={target}|seed={seed}|iters={probe_iters}"
-            f"|budget={budget_s}|hardware={hardware_model}|probes=3")
-
-
-def _space(target, protocol, groups, batch_size, lr, momentum):
-    from omnitune import planning, protocols
-    if not 0 < target <= 1:
-        raise UserError(f"--target-accuracy must be in (0, 1], got {target}")
-    if protocol is not None and protocol not in protocols.NAMES:
-        raise UserError(f"--protocol must be one of {', '.join(protocols.NAMES)}, got {protocol!r}")
-    for name, value in (("--groups", groups), ("--batch-size", batch_size)):
-        if value is not None and value < 1:
-            raise UserError(f"{name} must be at least 1, got {value}")
-    if lr is not None and lr <= 0:
-        raise UserError(f"--lr must be positive, got {lr}")
-    if momentum is not None and not -1 < momentum < 1:
-        raise UserError(f"--momentum must be in (-1, 1), got {momentum}")
-    return planning.Space(
-        protocols=(protocol,) if protocol else protocols.NAMES, groups=(groups,) if groups else None,
-        batch_sizes=(batch_size,) if batch_size else planning.DEFAULT_BATCHES,
-        lrs=(lr,) if lr else None, momentum=momentum)
 
 
 def _candidates_table(result, rows: int = 12) -> Table:
@@ -304,9 +209,7 @@ def run(
     print_commands: bool = typer.Option(False, help="print the command each node runs, and exit"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
-    from functools import partial
-
-    from omnitune import probe
+    from omnitune import api
     from omnitune.runtime import job
     if print_commands:
         try:
@@ -315,15 +218,19 @@ def run(
             _fail(e)
         return
     try:
+        options = job.RunOptions(max_time_s, eval_every_s, timeout_s, resume, from_scratch, replan_every_s,
+                                 replan_probe_iters, checkpoint_every_s, max_restarts, node_rank)
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…"):
-            replan = partial(probe.retune, iters=replan_probe_iters) if replan_every_s is not None else None
-            summary = job.run(str(plan_path), str(out_dir), max_time_s, eval_every_s, timeout_s, resume,
-                              replan_every_s, replan, checkpoint_every_s, max_restarts, node_rank, from_scratch)
+            summary = api.run(plan_path, out_dir, options)
     except UserError as e:
         _fail(e)
+    _render_summary(summary, plan_path, out_dir, node_rank)
+
+
+def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | None) -> None:
     if summary is None:
-        from omnitune import plan as plan_mod
+        from omnitune.core import plan as plan_mod
         from omnitune.runtime.topology import roles
         coordinator = roles(plan_mod.load(plan_path).spec)[0].node
         out.print(f"node {node_rank}: its processes finished; the run's summary and checkpoint are in the run dir "
@@ -370,7 +277,7 @@ def _run_options(values: dict) -> list[str]:
 @app.command()
 def report(path: Path = typer.Argument(..., help="a run dir or a plan file")):
     """Plot a plan's candidates, or a run's curves against its prediction, as PNG."""
-    from omnitune import report as report_mod
+    from omnitune.cli import report as report_mod
     try:
         written = report_mod.report(path)
     except UserError as e:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from omnitune.cluster import LOOPBACK, Device, endpoint
-from omnitune.protocols import Variant
+from omnitune.core.cluster import LOOPBACK, Device, endpoint
+from omnitune.core.protocols import Variant
 
 
 @dataclass(frozen=True)

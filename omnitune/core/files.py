@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from omnitune.errors import UserError
+from omnitune.core.errors import UserError
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from omnitune.errors import UserError
-from omnitune.files import from_dict, read_json
+from omnitune.core.errors import UserError
+from omnitune.core.files import from_dict, read_json
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29400      # torchrun's rendezvous port: nodes started apart cannot each pick a free one

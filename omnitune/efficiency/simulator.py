@@ -44,10 +44,10 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from omnitune import protocols
-from omnitune.perfmodel import Cores, Linear, Shape, calibration_shape, compute_models
-from omnitune.profile import Profile
-from omnitune.protocols import Variant
+from omnitune.core import protocols
+from omnitune.core.profile import Profile
+from omnitune.core.protocols import Variant
+from omnitune.efficiency.perfmodel import Cores, Linear, Shape, calibration_shape, compute_models
 
 
 ITERATIONS = 200      # what planning simulates of each configuration

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from omnitune import perfmodel, protocols
-from omnitune.perfmodel import ComputeModel, Linear
-from omnitune.profile import DeviceProfile
-from omnitune.protocols import Variant
+from omnitune.core import protocols
+from omnitune.core.profile import DeviceProfile
+from omnitune.core.protocols import Variant
+from omnitune.efficiency import perfmodel
+from omnitune.efficiency.perfmodel import ComputeModel, Linear
 
 # A balanced batch below this share of the nominal batch keeps its device only to wait for it:
 # every step still waits for its all-reduce. Measured on the heterogeneous benchmark, balanced

@@ -1,0 +1,142 @@
+"""omnitune from Python: the three steps the commands take, with the same checks and files.
+
+    import omnitune
+    prof = omnitune.profile("lenet-digits", out="profile.json")
+    plan = omnitune.plan(omnitune.PlanRequest("lenet-digits", 0.97, profile="profile.json", out="plan.json"))
+    summary = omnitune.run("plan.json", "runs/demo", omnitune.RunOptions(max_time_s=60))
+
+A bad argument raises omnitune.UserError with a one-line message naming it.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from omnitune import planning
+from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.cluster import load_cluster, local_cluster
+from omnitune.core.errors import UserError
+from omnitune.core.plan import Plan
+from omnitune.core.profile import Profile
+from omnitune.efficiency import fleet as fleet_mod
+from omnitune.planning import study as study_mod
+from omnitune.planning.request import PlanRequest
+from omnitune.probing import probe, timing
+from omnitune.profiling import profiler
+from omnitune.runtime import job, workload as wl_mod
+from omnitune.runtime.job import RunOptions
+from omnitune.runtime.summary import RunSummary
+
+Say = Callable[[str], None]
+
+
+def quiet(message: str) -> None:
+    pass
+
+
+def profile(workload: str, out: str | Path | None = None, cluster: str | Path | None = None,
+            data_dir: str | None = None, quick: bool = False, max_batch: int | None = None,
+            node_rank: int | None = None, progress: Say = quiet) -> Profile | None:
+    """Measure each device's training throughput and the links between devices, on this machine
+    (or the cluster spec `cluster`), and write the profile to `out` if given. On a cluster of
+    several nodes every node calls this with its `node_rank`; the server's node returns the
+    profile, the others None. Worker logs are kept beside `out` only when a failure wrote into
+    them (its message names them)."""
+    settings = profiler.Settings.make(quick, max_batch)
+    spec = load_cluster(Path(cluster)) if cluster else local_cluster()
+    out = Path(out) if out is not None else None
+    logs = out.with_name(out.name + ".logs") if out else Path(tempfile.mkdtemp(prefix="omnitune-profile-"))
+    done = False
+    try:
+        prof = profiler.profile(spec, workload, data_dir, settings, logs, progress=progress, node_rank=node_rank)
+        if prof is not None and out is not None:
+            profile_mod.save(prof, out)
+        done = True
+        return prof
+    finally:
+        if done or out is None or not (logs.is_dir() and any(logs.iterdir())):
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Plan:
+    """Search for the configuration with the least predicted time to target and return it as a
+    plan, written to `request.out` if given, with the study beside it (an interrupted search
+    resumes) and the checkpoint the run starts from. `progress` hears what the search is doing;
+    `notice`, what the user should know (a profile of another workload or another machine)."""
+    fleet = fleet_mod.load(request.cluster) if request.cluster is not None else None
+    prof = fleet.profile if fleet else profile_mod.load(request.profile)
+    source = request.cluster if fleet else request.profile
+    largest = max(len(devices) for devices in prof.cluster.layouts.values())
+    if request.groups is not None and request.groups > largest:
+        raise UserError(f"--groups {request.groups}: more groups than devices ({source} has at most "
+                        f"{largest} devices in a layout)")
+    wl = wl_mod.load(request.workload)
+    if wl_mod.resolve(prof.workload) != wl.path:
+        notice(f"warning: {source} was measured with workload {prof.workload!r}, not {request.workload!r}")
+    seed_everything(request.seed)
+    prober = probe.make_prober(wl, request.data_dir, request.target_accuracy, request.seed)
+    elsewhere = "" if fleet else timing.here(prof)
+    if elsewhere:
+        notice(f"planning for a machine you are not on ({elsewhere}): the probes train on this machine's CPU, "
+               "and every seconds-per-iteration figure comes from the profile")
+    timed = request.time_finalists and not fleet and not elsewhere and request.hardware_model == plan_mod.ANALYTIC
+    study = study_mod.new_study(study_storage(request.out) if request.out else None,
+                                request.study_name(prof.measured_at, len(prof.devices)))
+    if fleet:
+        progress(f"simulating every configuration on {fleet.nodes} nodes")
+    found = planning.search(prof, request.space(), prober, max_probe_iters=request.probe_iters,
+                            budget_s=request.budget_s, study=study, log=progress,
+                            hardware=fleet.hardware if fleet else planning.profiled(prof, request.hardware_model),
+                            timer=partial(time_config, request, prof, progress) if timed else None)
+    if request.predict_s > 0:
+        progress(f"probing the chosen configuration for {request.predict_s:g}s to predict its time")
+        found = planning.predict(found, prober, request.predict_s)
+    result = planning.build_plan(found, prof, str(source), request.workload, request.data_dir,
+                                 request.target_accuracy, request.seed,
+                                 datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 simulated_cluster=fleet.description if fleet else "",
+                                 hardware_model=request.hardware_model)
+    if request.out is not None:
+        if not fleet:
+            result = probe.hand_on(result, prober, Path(request.out))
+        plan_mod.save(result, request.out)
+    return result
+
+
+def time_config(request: PlanRequest, prof: Profile, progress: Say, config: planning.Config) -> float | None:
+    """A configuration's seconds per iteration, by a short real job of the runtime."""
+    progress(f"timing {config.layout} {config.variant.label} with a real job")
+    return timing.time_spec(planning.spec_of(config, prof, request.workload, request.data_dir,
+                                             request.target_accuracy, request.seed))
+
+
+def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions()) -> RunSummary | None:
+    """Run the plan as a real distributed job: this node's processes; the coordinator's node
+    returns the run's summary (measured beside predicted), the others None."""
+    replan = partial(probe.retune, iters=options.replan_probe_iters) if options.replan_every_s is not None else None
+    return job.run(str(plan_path), str(out_dir), options, replan)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def study_storage(plan_path: str | Path) -> str:
+    """Probes are kept in SQLite beside the plan, so an interrupted `plan` resumes where it stopped."""
+    plan_path = Path(plan_path)
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{plan_path.with_suffix('.study.db')}"
+
+
+__all__ = ["PlanRequest", "RunOptions", "UserError", "plan", "profile", "run"]

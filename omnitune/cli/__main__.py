@@ -1,0 +1,5 @@
+import sys
+
+from omnitune.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,65 @@
+"""The Python API (omnitune/api.py): the README's example runs as written, requests check
+themselves, and importing the package loads no torch until an API name is used."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import omnitune
+from omnitune.core.errors import UserError
+from tests.conftest import ROOT
+
+
+def readme_example() -> str:
+    """The README's Python example: the code block after the "From Python" heading."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_example_profiles_plans_and_runs(tmp_path):
+    """Fails if the README's example is not valid code, if any of omnitune.profile, plan or run
+    is missing or takes other arguments, or if the run does not reach the plan's target."""
+    code = readme_example()
+    assert code.count("\n") <= 8
+    done = subprocess.run([sys.executable, "-c", code + "\nassert summary.reached_target, summary\n"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "plan.json").is_file() and (tmp_path / "runs" / "demo" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("fields, option", [
+    (dict(target_accuracy=1.5), "--target-accuracy"),
+    (dict(protocol="ring"), "--protocol"),
+    (dict(groups=0), "--groups"),
+    (dict(lr=0.0), "--lr"),
+    (dict(momentum=1.0), "--momentum"),
+    (dict(budget_s=-1.0), "--budget-s"),
+    (dict(hardware_model="guess"), "--hardware-model"),
+    (dict(cluster="c.yaml"), "one of --profile"),
+])
+def test_a_plan_request_names_the_option_it_refuses(fields, option):
+    """Fails if a PlanRequest accepts a value the CLI refuses, or its message names another option."""
+    with pytest.raises(UserError, match=re.escape(option)):
+        omnitune.PlanRequest(**{"workload": "lenet-digits", "target_accuracy": 0.9, "profile": "p.json", **fields})
+
+
+@pytest.mark.parametrize("fields, option", [
+    (dict(max_time_s=0), "--max-time-s"), (dict(eval_every_s=-1), "--eval-every-s"),
+    (dict(checkpoint_every_s=0), "--checkpoint-every-s"), (dict(max_restarts=-1), "--max-restarts"),
+    (dict(replan_every_s=0), "--replan-every-s"), (dict(replan_probe_iters=0), "--replan-probe-iters"),
+])
+def test_run_options_name_the_option_they_refuse(fields, option):
+    with pytest.raises(UserError, match=re.escape(option)):
+        omnitune.RunOptions(**fields)
+
+
+def test_importing_the_package_loads_no_torch_until_the_api_is_used():
+    """Fails if omnitune/__init__ imports the API (and so torch) eagerly, or if omnitune.plan is
+    anything but the API's function once asked for."""
+    code = ("import sys, omnitune; before = 'torch' in sys.modules; f = omnitune.plan; "
+            "print(before, 'torch' in sys.modules, f.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "True", "omnitune.api"]
