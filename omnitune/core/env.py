@@ -74,11 +74,10 @@ def cache_dir() -> Path | None:
 
 
 # glibc's malloc hands a freed block of over 128 KiB straight back to the kernel, so a training
-# step's activations and gradients come from fresh pages every step, each page a fault: a
-# shapes-resnet step at batch 32 took 5,581-6,305 faults and 38-39 ms, against 24-29 ms without. It
-# raises that threshold by itself only after freeing a larger block, which a process that built
-# its datasets happened to do and one that loaded them did not, so the profile's processes and a
-# run's trained at different speeds. Fixed thresholds make every process alike.
+# step's activations and gradients come from fresh pages every step, each page a fault, and the
+# faults slow the step. It raises that threshold by itself only after freeing a larger block,
+# which a process that builds its datasets may do and one that loads them may not, so processes
+# of one workload can train at different speeds. Fixed thresholds make every process alike.
 MMAP_THRESHOLD = 32 << 20       # glibc's largest: blocks up to this come from the heap
 TRIM_THRESHOLD = 256 << 20      # the heap keeps this much freed memory before giving it back
 

@@ -11,10 +11,9 @@ from omnitune.efficiency import perfmodel
 from omnitune.efficiency.perfmodel import ComputeModel, Linear
 
 # A balanced batch below this share of the nominal batch keeps its device only to wait for it:
-# every step still waits for its all-reduce. Measured on the heterogeneous benchmark, balanced
-# sync at 127/1 and 47/47/2 (nominal 32) trained slower than the fastest device alone (1.8 s
-# against 1.4 s, 29 s against 14 s). They also kept the subset without that device from being
-# offered (`subsets` compares rates, and theirs matched it), so the planner chose them.
+# every step still waits for its all-reduce, so such a setup can train slower than the fastest
+# device alone. Its rate can also match that of the subset without the device, which then is not
+# offered (`subsets` compares rates), and the planner would choose the wasteful setup.
 MIN_BALANCED_SHARE = 0.1
 
 

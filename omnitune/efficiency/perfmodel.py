@@ -23,9 +23,8 @@ wake-up latency, processes sharing cores with the server. The profile therefore 
 real jobs of the runtime (calibration) for each layout, protocol and g at a few batch sizes, and
     sec_per_iter_calibrated(b) = a + c * sec_per_iter(b)      (a, c >= 0, per layout/protocol/g)
 where such measurements exist, (a, c) through the two calibrated batches either side of b (the
-nearest two beyond them): real jobs bend where the analytic model is straight (teacher-mlp on
-both cores: 5.7 and 7.2 ms at batches 16 and 128 against 2.1 and 4.1 analytic; the line through
-them put batch 256, 6.6 analytic, at 9.1 ms, and its runs took 10.5-12.1).
+nearest two beyond them): real jobs bend where the analytic model is straight, so one line
+through the calibrated batches would misjudge the batches between and beyond them.
 Pure: no processes, files or environment reads.
 """
 
@@ -97,8 +96,8 @@ class ComputeModel:
     the largest profiled batch: t(b) = alpha + beta * b, fitted to the upper half of the points
     (`tail`), as Pollux/AdaptDL model compute time. Its slope is at least 1/BEYOND_GAIN of the
     best measured seconds per sample, so throughput past the profile at most BEYOND_GAIN-folds
-    the best measured: a curve flat at its end (a quick profile's CPU worker timed beside 15
-    others read 2.14 ms at batch 16 and at 64) would otherwise make any batch free.
+    the best measured: a curve flat at its end (a CPU worker timed beside busy others can read
+    the same step time at two batch sizes) would otherwise make any batch free.
     """
     batches: np.ndarray
     seconds: np.ndarray
@@ -110,8 +109,8 @@ class ComputeModel:
 
     def monotone(self) -> "ComputeModel":
         """t(b) = min over b' >= b of the measured t(b'): a GPU's step does no less work at a
-        larger batch, so a step slower than a larger one's is interference, not the device (an
-        H200 timed beside 16 busy CPU workers read 13.5 ms at batch 32 and 6.1 at 128)."""
+        larger batch, so a step slower than a larger one's is interference, not the device (as
+        from busy CPU workers beside it)."""
         return replace(self, seconds=np.minimum.accumulate(self.seconds[::-1])[::-1].copy())
 
     def scaled(self, factor: float) -> "ComputeModel":
@@ -194,8 +193,8 @@ def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> boo
     """Whether `other` is slower than `fast` beyond the profile's noise: the median over common
     batch sizes of the log throughput ratio against z standard errors of it, taken from the
     spread of the repeats (the median of the pair's summed variances, over the number of batch
-    sizes). Two identical cores measured 15% apart at their best batch here, and their ratio
-    changed sign across batches. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
+    sizes). Identical devices can measure far apart at one batch size, and which is faster can
+    change from one size to the next. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
     a, b = ({s.batch_size: s for s in d.steps} for d in (fast, other))
     common = sorted(set(a) & set(b))
     if not common:
@@ -222,7 +221,7 @@ def alike(x: DeviceProfile, y: DeviceProfile) -> bool:
 def pooled(devices: list[DeviceProfile]) -> dict[str, ComputeModel]:
     """Each device's t_d(b), devices alike within the profile's noise sharing one: the geometric
     mean of their steps at each batch size all of them measured. Otherwise noise alone would give
-    identical devices unequal balanced batches (22 and 42 of 64 here, on two identical cores)."""
+    identical devices unequal balanced batches."""
     classes: list[list[DeviceProfile]] = []
     for d in devices:
         mine = next((c for c in classes if alike(c[0], d)), None)

@@ -152,8 +152,8 @@ def extrapolate(iters, accuracy, target: float, test_size: int | None = None) ->
     of the target less one reading's noise (reading_noise).
     The band runs from the lower of the two to the refits' top. The estimate is a weighted
     geometric mean of the two crossings, each weighted by the inverse square of its model's
-    forecast error on the curve's last third (backtest; equal weights without one): teacher-mlp's
-    curve keeps its recent pace and its power law bends too soon. Trust is judged by the
+    forecast error on the curve's last third (backtest; equal weights without one): a curve may
+    keep its recent pace where its power law bends too soon. Trust is judged by the
     pessimistic end: past EVIDENCE probe lengths the top grows with the distance, since nothing
     the probe saw bears on it; past TOO_FAR, or when the plateau lies below the target, there is
     no estimate.

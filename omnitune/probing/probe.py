@@ -169,7 +169,8 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
     start = next((h for c, h in handoffs.items() if replace(c, staleness=()) == want), None)
     if start is None or plan.planning is None or any(acc >= plan.spec.target_accuracy for _, acc in start.curve):
         # A probe that reached the target hands nothing on: past its crossing the run would have to
-        # cross again (lenet-digits at lr 0.1 swung on to chance), where from scratch it replays it.
+        # cross again (a curve may swing on past the target, as far as chance), where from scratch it
+        # replays it.
         return plan
     name = f"{plan_path.stem}.start.pt"
     checkpoint.save_state(plan_path.parent / name, start.state, start.iterations, start.train_s)

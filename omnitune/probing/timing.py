@@ -1,8 +1,8 @@
 """Short real jobs that time a configuration before it may win (`omnitune plan`'s finalists).
 
 A configuration whose seconds per iteration come only from a model (the simulator, or the
-analytic model where no calibration job ran its shape) may be far off: on an H200 beside CPU
-workers, a mixed setup the simulator put at 8.6 ms an iteration ran at 26. So the planner times
+analytic model where no calibration job ran its shape) may be far off: a mixed setup of a GPU
+beside CPU workers can run several times slower than modelled. So the planner times
 such a finalist for about TIMING_S with the runtime itself and ranks it by what it measured.
 """
 

@@ -197,9 +197,8 @@ def alone_specs(cluster: Cluster, measured: str, workload_spec: str, data_dir: s
                 settings: Settings) -> tuple[tuple[str, RunSpec], ...]:
     """Sync jobs of the cluster's other layouts of one device, at the smallest and the largest
     calibration batch: the planner's model of such a layout is its device's step time alone, and
-    the runtime's loop costs more than a step (teacher-mlp's one worker at batch 192 ran 3.7 ms
-    an update where the step times said 2.7), so these jobs calibrate it as the measured
-    layout's jobs calibrate that."""
+    the runtime's loop costs more than a step timed alone, so these jobs calibrate it as the
+    measured layout's jobs calibrate that."""
     batches = tuple(dict.fromkeys((settings.calibrate_batches[0], settings.calibrate_batches[-1])))
     return tuple((name, spec) for name, ids in cluster.layouts.items() if name != measured and len(ids) == 1
                  for spec in calibration_specs(cluster, name, workload_spec, data_dir, batches))

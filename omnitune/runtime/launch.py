@@ -246,8 +246,8 @@ def _errorfiles_in(log_dir: Path):
 
 def _cheap_event_names() -> None:
     """torch's rendezvous names the method behind each event it logs through inspect.stack(),
-    which reads the source of every frame: 0.13 s a call, 2–3 s of each launch here. The same
-    name, from the frame alone."""
+    which reads the source of every frame and adds seconds to each launch. The same name, from
+    the frame alone."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
     def get_method_name(depth: int = 2) -> str:

@@ -33,11 +33,9 @@ class Settings:
     max_step_s: float = 0.15    # stop growing the batch once one step takes longer
     repeats: int = 7            # at most, per pass; a size's repeats in a pass stop after size_s / passes
     size_s: float = 0.5         # (at least 3 in the first pass, 1 in the later ones)
-    # Passes over the sizes, spread across the profile (measure_steps). Three passes cut the
-    # profile-to-profile spread of step times (largest over smallest of 5 profiles, median over
-    # sizes: teacher-mlp 1.72 to 1.48, cnn1d-mnist1d 1.42 to 1.13) but not of the planner's seconds
-    # per iteration, which the calibration jobs set (1.29 to 1.33, 1.34 to 1.30), and they took
-    # teacher-mlp's profile from 17.9 to 20.9 s (benchmarks/profile_noise.py): one, by default.
+    # Passes over the sizes, spread across the profile (measure_steps). More passes steady the step
+    # times from one profile to the next, but not the planner's seconds per iteration, which the
+    # calibration jobs set, and they make the profile longer: one, by default.
     passes: int = 1
     warmup: int = 1
     link_repeats: int = 20
@@ -59,7 +57,7 @@ class Settings:
 GROW_GAIN = 1.05        # the last size beat the best samples/s so far by more than 5%
 GROW_CAP = 1 << 16      # the doubled batch is at most this
 GROW_STEP_S = 0.25      # the last size's step took at most this (max_step_s holds up to max_batch)
-GROW_S = 4.0            # the growth has run less than this: a 16-core GPU machine's profile stays under 30 s
+GROW_S = 4.0            # the growth has run less than this, so that it adds little to the profile
 
 
 def batch_sizes(max_batch: int) -> list[int]:
@@ -144,9 +142,9 @@ def measure_steps(timer: StepTimer, s: Settings, barrier: Callable[[], None] = l
                   on_full: Callable[[int, int], None] = lambda b, last: None) -> list[StepTiming]:
     """Step timings at batch 1, 2, 4, …: the first pass finds the sizes (up to the first whose
     step exceeds max_step_s, or that does not fit in memory), later passes time them again, and a
-    size's step is the median of its passes' medians. A slow spell of the host (here they last a
-    second or more; one profile's step at batch 64 read 1.34 to 2.21 ms) then moves one pass of a
-    size, not every repeat of it. `barrier` keeps concurrent devices in step (`barriers` of them).
+    size's step is the median of its passes' medians. A slow spell of the host (one can last a
+    second or more) then moves one pass of a size, not every repeat of it. `barrier` keeps
+    concurrent devices in step (`barriers` of them).
     `on_full(batch, last)` hears of the first pass's first size that does not fit, after `last`."""
     passes: dict[int, list[list[float]]] = {}
     for k in range(s.passes):
@@ -175,9 +173,9 @@ def grow_steps(timer: StepTimer, s: Settings, steps: list[StepTiming],
                clock: Callable[[], float] = time.perf_counter) -> list[StepTiming]:
     """Step timings past max_batch, for a GPU measured alone: the batch doubles while the GROW_*
     rules hold, and the size that ends the growth is kept, being real data. A GPU's throughput
-    can still rise at max_batch (a small ResNet's on an H200 did at 512), and the planner
-    chooses among the profile's sizes. Only a range that reached max_batch grows: one that ended
-    below it ended at memory or at max_step_s. A grown size is timed in one pass."""
+    can still rise at max_batch, and the planner chooses among the profile's sizes. Only a range
+    that reached max_batch grows: one that ended below it ended at memory or at max_step_s. A
+    grown size is timed in one pass."""
     if not steps or steps[-1].batch_size != s.max_batch:
         return []
     grown, last = [], steps[-1]

@@ -91,12 +91,12 @@ class Monitor:
 
     def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
         """Training seconds per iteration past the first check, which ends the warm-up step (a
-        process's first step builds its kernels: shapes-resnet's took 44 ms, the next 26, and a
-        0.4 s calibration job times only a dozen), from `since` (iteration, training seconds: where
+        process's first step builds its kernels and takes longer than the next, and a short
+        calibration job times only a few steps), from `since` (iteration, training seconds: where
         this start of the job began) if nothing followed it; up to `wall`, or up to the stopping
         check when the run's model is the one it judged (gossip's workers go on for three rounds
-        past it, so that all agree on a last one: a 0.4 s calibration job of shapes-resnet at
-        batch 32 ran 1.25 s, and counted all of it against the judged iterations)."""
+        past it, so that all agree on a last one; counted, those rounds would weigh on the judged
+        iterations, most of all in a short calibration job)."""
         first = self.warm if self.warm and iterations > self.warm[0] else since
         end = self.stop[1] if self.stop and self.stop[0] == iterations else wall - self.eval_s
         return (end - first[1]) / max(iterations - first[0], 1)

@@ -8,8 +8,8 @@ implicit momentum is about 1 - 1/g, so keeping the total at 0.9 asks for 0.9 - (
 g >= 11 (Mitliagkas et al. 2016). The state is torch's SGD's ("momentum_buffer" per parameter,
 the same state_dict layout), so checkpoints of either load into the other.
 
-It is not a torch.optim.Optimizer: constructing one imports torch._dynamo, about 2 s of every
-process's start-up here, for nothing this loop uses.
+It is not a torch.optim.Optimizer: constructing one imports torch._dynamo, which adds seconds to
+every process's start-up, for nothing this loop uses.
 """
 
 from __future__ import annotations

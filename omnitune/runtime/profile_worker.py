@@ -179,8 +179,8 @@ def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None 
     """The layout's calibration jobs (or `specs`), their largest batch cut to the largest that the measured
     steps say a job times CALIBRATION_STEPS updates of in `calibrate_s`, and at least twice the
     smallest batch, so that the two still fix a slope; a middle batch at or above the cut is
-    left out. A slow model's job at batch 128 saw two updates, the first of them a warm-up, in
-    four times the time of one at a smaller batch."""
+    left out. Uncut, a slow model's job at the largest batch sees only a few updates, the first of
+    them a warm-up, in several times the time of one at a smaller batch."""
     small, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
     specs = job.calibration_specs if specs is None else specs
     if large <= small or any(s is None for s in steps) or not specs:

@@ -7,8 +7,8 @@ number of correct predictions in the batch (default: classification accuracy), a
 `CACHE_DATASETS`: True (or a string naming what else the data depends on, such as a package's
 version) when `build_datasets(None, seed)` returns the same tensor datasets for every seed. Those
 are built once and kept in omnitune's cache (env.cache_dir), keyed by the file's contents, the
-string, and torch's and numpy's versions: the generated sets here take 2–3.5 s to build, and
-every `profile`, `plan` and worker of a `run` would build them again.
+string, and torch's and numpy's versions: generated sets can take seconds to build, and every
+`profile`, `plan` and worker of a `run` would build them again.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def load(spec: str) -> Workload:
 
 def share(datasets: tuple[Dataset, Dataset], path: Path) -> str | None:
     """Write tensor datasets to `path` so that other processes of this host load them instead of
-    building them again (2–3 s each for the generated ones); None when they are not tensors."""
+    building them again (seconds each for generated ones); None when they are not tensors."""
     if not all(isinstance(d, TensorDataset) for d in datasets):
         return None
     data = io.BytesIO()
@@ -157,9 +157,9 @@ def first(dataset: Dataset, n: int) -> Dataset:
 
 def on_device(dataset: Dataset, device: torch.device) -> Dataset:
     """The training set where a GPU worker computes: a TensorDataset's tensors copied to the GPU
-    once, so that each batch is gathered there rather than gathered on the host and copied (on
-    an H200 that copy made a small model's step 1.06-1.27 times a plain loop's); the same
-    indices give the same batches. Other datasets, and CPU devices, as they are."""
+    once, so that each batch is gathered there rather than gathered on the host and copied (for
+    a small model that copy adds noticeably to the step); the same indices give the same
+    batches. Other datasets, and CPU devices, as they are."""
     if device.type != "cuda" or not isinstance(dataset, TensorDataset):
         return dataset
     return TensorDataset(*(t.to(device) for t in dataset.tensors))
