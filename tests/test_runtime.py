@@ -87,9 +87,9 @@ def test_replan_during_a_real_run(tmp_path):
     records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
     assert s.replans == len(records) >= 1 and s.replan_s > 0
     for r in records:
-        assert {"before", "after", "scores", "iteration", "train_s"} <= set(r)
+        assert {"before", "after", "scores", "switched", "margin", "iteration", "train_s", "spent_s"} <= set(r)
         best = min(r["scores"], key=lambda x: x["loss"])
-        assert r["after"]["lr"] == best["lr"] and r["after"]["groups"] == 4
+        assert r["after"]["lr"] == (best["lr"] if r["switched"] else r["before"]["lr"]) and r["after"]["groups"] == 4
         assert r["after"]["protocol"].startswith("softsync")
     assert json.loads((run_dir / "summary.json").read_text())["replans"] == s.replans
 
@@ -138,3 +138,26 @@ def test_a_plan_of_twelve_groups_with_negative_momentum_runs(tmp_path, sample_pr
     plan_mod.save(plan, tmp_path / "plan.json")
     s = job.run(str(tmp_path / "plan.json"), str(tmp_path / "run"), RunOptions(max_time_s=60))
     assert s.reached_target and s.processes == 13 and min(s.updates_per_group) > 0
+
+
+def test_retuning_raises_a_rate_too_small_and_then_lowers_it(tmp_path):
+    """lenet-digits on one core from lr 0.001 (momentum 0.9), paused every second: at the first
+    pause the model is still near chance and lr 0.01 lowers the validation loss well beyond the
+    noise of repeats, so the rate goes up; by the second the model is near its minimum and a
+    smaller rate wins, so it comes down. Each decision's figures are in replans.jsonl. Fails if
+    the probes do not start from the checkpoint (no pause would see the trained model), if
+    decide keeps the plan's rate against a clear winner, or if the run does not go on with it."""
+    from functools import partial
+
+    from omnitune.probing.probe import retune
+
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.001, momentum=0.9, target=0.999)
+    run_dir = tmp_path / "run"
+    job.run(str(plan), str(run_dir), RunOptions(max_time_s=4.0, replan_every_s=1.0), replan=partial(retune, iters=80))
+    records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
+    assert records[0]["switched"] and records[0]["after"]["lr"] > records[0]["before"]["lr"] == 0.001
+    assert any(r["switched"] and r["after"]["lr"] < r["before"]["lr"] for r in records[1:]), records
+    for r in records:
+        best = min(r["scores"], key=lambda x: x["loss"])
+        before = next(x for x in r["scores"] if x["lr"] == r["before"]["lr"])
+        assert not r["switched"] or before["loss"] - best["loss"] > r["margin"]

@@ -198,8 +198,11 @@ def run(
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
                                       "probe stopped"),
-    replan_every_s: Optional[float] = typer.Option(None, help="re-tune lr and momentum from a checkpoint "
-                                                   "every this many seconds of training (Omnivore's epochs)"),
+    retune: bool = typer.Option(True, help="pause to re-tune lr and momentum from a checkpoint whenever that "
+                                "costs at most a tenth of the training so far (Omnivore's epochs); "
+                                "--no-retune pins the plan"),
+    replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
+                                                   "instead"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
@@ -218,8 +221,10 @@ def run(
             _fail(e)
         return
     try:
-        options = job.RunOptions(max_time_s, eval_every_s, timeout_s, resume, from_scratch, replan_every_s,
-                                 replan_probe_iters, checkpoint_every_s, max_restarts, node_rank)
+        options = job.RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s,
+                                 resume=resume, from_scratch=from_scratch, replan_every_s=replan_every_s,
+                                 replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
+                                 max_restarts=max_restarts, node_rank=node_rank, retune=retune)
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…"):
             summary = api.run(plan_path, out_dir, options)
@@ -255,7 +260,8 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
         out.print(f"the run started where the plan's probe stopped: its {summary.started_at_s:.1f}s of training "
                   "are in the time to target")
     if summary.replans:
-        out.print(f"{summary.replans} re-plan(s) took {summary.replan_s:.1f}s (see {out_dir}/replans.jsonl)")
+        out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
+                  f"(see {out_dir}/replans.jsonl)")
     if not summary.reached_target:
         raise typer.Exit(1)
 
@@ -270,7 +276,7 @@ def _run_options(values: dict) -> list[str]:
         if name in ("plan_path", "node_rank", "print_commands") or value == param.default.default:
             continue
         flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
+        args += [flag] if value is True else ["--no-" + flag[2:]] if value is False else [flag, str(value)]
     return args
 
 

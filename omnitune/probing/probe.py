@@ -23,7 +23,7 @@ from omnitune.core.plan import Plan
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import statmodel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
-from omnitune.planning import replan
+from omnitune.planning import retune as retune_mod
 from omnitune.planning.budget import EVALS, probe_test_size
 from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
@@ -179,30 +179,46 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
                                                       handed_on_iters=start.iterations))
 
 
+RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, the same for all
+
+
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
     """What a probe of this run spec trains, at another lr and momentum."""
     return ProbeConfig(spec.variant, tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups), lr, momentum)
 
 
 def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
-    """Omnivore's steady state: from a run's checkpoint (weights and momentum buffer), train
-    `iters` updates per (lr, momentum) of replan.retune_grid with the protocol's own emulation;
-    score = mean of the last 10 training losses (lower is better). Returns the re-tuned spec
-    (replan.retuned) and a record of what was tried."""
+    """Omnivore's steady state, from a run's checkpoint (weights and momentum buffer): every
+    setting of retune.candidates trains `iters` updates on the same batches with the protocol's
+    own emulation and is scored by its loss on the first RETUNE_VALIDATION test samples; the
+    current setting and the best challenger train again on other batches, which measures the
+    noise; the run switches only beyond it (retune.decide). Returns the re-tuned spec and a
+    record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
-    train, _ = wl.build_datasets(spec.data_dir, spec.seed)
+    train, test = wl.build_datasets(spec.data_dir, spec.seed)
+    held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     model = wl.build_model()
     model.load_state_dict(state["model"])
     velocity = momentum_vector(state["optimizer"], model)
-    scores = []
-    for lr, mu in replan.retune_grid(spec.lr, spec.momentum):
-        emu = emulator(wl, train, probe_config(spec, lr, mu), spec.seed, state["model"], velocity)
-        losses = [emu.step() for _ in range(iters)]
-        score = float(np.mean(losses[-10:]))
-        scores.append((lr, mu, score if math.isfinite(score) else math.inf))
-    new = replan.retuned(spec, scores)
+
+    def score(setting: retune_mod.Setting, batches: int) -> float:
+        emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], velocity)
+        for _ in range(iters):
+            if not math.isfinite(emu.step()):
+                return math.inf
+        return evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
+    current = (spec.lr, spec.momentum)
+    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0)
+    scores = {setting: [score(setting, spec.seed + 1)] for setting in tried}
+    challenger = min(tried[1:], key=lambda setting: scores[setting][0])
+    for setting in (current, challenger):           # again, on other batches: the noise
+        scores[setting].append(score(setting, spec.seed + 2))
+    decision = retune_mod.decide(current, scores)
+    new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "groups": len(s.groups), "protocol": s.variant.label}
-    return new, {"before": shape(spec), "after": shape(new),
-                 "scores": [{"lr": lr, "momentum": m, "loss": v} for lr, m, v in scores]}
+    return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched,
+                 "margin": decision.margin, "reason": decision.reason,
+                 "scores": [{"lr": lr, "momentum": m, "loss": float(np.mean(v)), "repeats": v}
+                            for (lr, m), v in scores.items()]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import pickle
 import shlex
 import time
 from dataclasses import dataclass
@@ -41,13 +42,16 @@ class RunOptions:
     timeout_s: float = 120.0                  # a peer silent this long ends the job
     resume: bool = False                      # go on from the run dir's checkpoint
     from_scratch: bool = False                # start from untrained weights, not the plan's probe
-    replan_every_s: float | None = None       # re-tune lr and momentum every this many seconds of training
+    replan_every_s: float | None = None       # re-tune every this many seconds of training, not when it pays
     replan_probe_iters: int = 30              # iterations of each re-tuning probe
     checkpoint_every_s: float | None = None   # checkpoint every this many seconds of training
     max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
     node_rank: int | None = None              # which node of a plan on several nodes this is
+    retune: bool = True                       # re-tune lr and momentum during the run; False pins the plan
 
     def __post_init__(self) -> None:
+        if self.replan_every_s is not None and not self.retune:
+            raise UserError("--replan-every-s re-tunes the run: it cannot go with --no-retune")
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -100,8 +104,10 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     """Run this node's processes of the plan; the coordinator's node returns the run's summary.
 
     The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
-    counts that probe's training), unless `options.from_scratch`. With `options.replan_every_s`,
-    `replan` re-tunes the run spec from a checkpoint every that many seconds of training."""
+    counts that probe's training), unless `options.from_scratch`. Given `replan` (the runtime does
+    no planning: api.run hands in probe.retune) and `options.retune`, the run pauses to re-tune its
+    spec from a checkpoint at `next_stop` (or every `options.replan_every_s` seconds of training);
+    a plan on several nodes is not re-tuned."""
     plan = plan_mod.load(plan_path)
     if plan.simulated_cluster:
         raise UserError(f"{plan_path}: planned by simulation for a cluster of {plan.simulated_cluster}, whose nodes "
@@ -118,10 +124,10 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
                               planning_probes=plan.planning.probes if plan.planning else 0,
                               checkpoint_every_s=options.checkpoint_every_s or float("inf"),
                               max_restarts=options.max_restarts)
-    if options.replan_every_s is None:
-        return run_job(job)
-    if replan is None:
+    if options.replan_every_s is not None and replan is None:
         raise ValueError("replan_every_s needs a replan function")
+    if not options.retune or replan is None or len(nodes(plan.spec)) > 1:
+        return run_job(job)
     return run_with_replans(plan, job, options.replan_every_s, replan)
 
 
@@ -173,30 +179,59 @@ def run_id(spec: RunSpec) -> str:
     return hashlib.sha256(json.dumps(to_dict(spec), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float, replan: Replanner) -> RunSummary:
+# When a run pauses to re-tune (planning/retune.py decides what it goes on with): phases double,
+# and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
+# RETUNE_SHARE of the training time so far. A short run is never paused.
+RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
+FIRST_COST_S = 3.0       # one pause's cost before any was measured: the probes and a restart
+
+
+def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
+    """The training time at which the run next pauses: at least twice the last pause's, and late
+    enough that the re-tuning spent so far plus this pause's `cost_s` is at most RETUNE_SHARE of
+    the training time by then."""
+    return max(2.0 * last_stop_s, (spent_s + cost_s) / RETUNE_SHARE)
+
+
+def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner) -> RunSummary:
+    """The run in segments, re-tuned between them. A pause costs what the run waits for: the
+    re-tuning probes and the restart of the processes after them (the next segment's wall time
+    less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
+    seconds of training."""
     run_dir = Path(job.run_dir)
-    train_s, replans, replan_s = _trained_s(job.resume_from), 0, 0.0
+    train_s, replans, spent_s, cost_s = _trained_s(job.resume_from), 0, 0.0, FIRST_COST_S
+    stop_s, wall_before, probes_s = train_s, 0.0, 0.0
     while True:
-        summary = run_job(dataclasses.replace(job, stop_at_s=train_s + every_s))
-        train_s = summary.wall_s - summary.eval_s
+        stop_s = train_s + every_s if every_s is not None else next_stop(stop_s, spent_s, cost_s)
+        began = time.perf_counter()
+        summary = run_job(dataclasses.replace(job, stop_at_s=stop_s))
+        if replans:          # this segment began with a restart after a pause
+            restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
+            spent_s, cost_s = spent_s + restart_s, probes_s + restart_s
+        train_s, wall_before = summary.wall_s - summary.eval_s, summary.wall_s
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
-        start = time.perf_counter()
+        began = time.perf_counter()
         spec, record = replan(job.spec, run_dir / checkpoint.FILE)
-        replans, replan_s = replans + 1, replan_s + time.perf_counter() - start
-        record.update(iteration=summary.iterations, train_s=train_s, replan_s=time.perf_counter() - start)
+        probes_s = time.perf_counter() - began
+        replans, spent_s = replans + 1, spent_s + probes_s
+        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s)
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
         plan_path = run_dir / f"plan-replan-{replans}.json"
         plan_mod.save(plan, plan_path)
         job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path),
                                   resume_from=str(run_dir / checkpoint.FILE))
-    summary = dataclasses.replace(summary, replans=replans, replan_s=replan_s)
+    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
 
 
-def _trained_s(checkpoint: str | None) -> float:
-    if checkpoint is None:
+def _trained_s(path: str | None) -> float:
+    """The training time a checkpoint holds (0 without one)."""
+    if path is None:
         return 0.0
-    return float(torch.load(checkpoint, map_location="cpu", weights_only=True)["train_s"])
+    try:
+        return float(torch.load(path, map_location="cpu", weights_only=True)["train_s"])
+    except (RuntimeError, KeyError, EOFError, TypeError, pickle.UnpicklingError) as e:
+        raise UserError(f"{path}: not a checkpoint of this model ({str(e).splitlines()[0]})") from None
