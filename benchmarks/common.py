@@ -13,11 +13,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def band_holds(band, measured: float | None) -> bool | None:
-    """Whether a band on iterations, (low, high) or (low,) with no top, holds the measured
-    iterations; None when there is no band or no measurement."""
-    if not band or measured is None:
+    """Whether a band on iterations, (low, high), holds the measured iterations; None when there is
+    no band, no measurement, or a band with no top ((low,): the target may never be reached),
+    which cannot fail and so has not "held": counted apart, as no band."""
+    if not band or len(band) < 2 or measured is None:
         return None
-    return band[0] <= measured <= (band[1] if len(band) > 1 else float("inf"))
+    return band[0] <= measured <= band[1]
 
 
 def write_results(name: str, data: dict) -> Path:

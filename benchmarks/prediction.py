@@ -82,7 +82,7 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int, seeds: tuple[int,
     iters = med([s.iterations for s in reached]) if len(reached) * 2 > len(runs) else None
     p = plan.prediction
     band = plan.candidates[0].iters_band
-    holds = [band_holds(band, s.iterations) for s in reached]
+    holds = [h for h in (band_holds(band, s.iterations) for s in reached) if h is not None]   # no top: no band
     return {"workload": name, "target": target, "layout": layout, "protocol": protocol, "groups": g,
             "batch": batch, "lr": lr, "momentum": plan.spec.momentum, "repeats": len(runs),
             "predicted_sec_per_iter": p.sec_per_iter, "measured_sec_per_iter": sec,
@@ -92,7 +92,7 @@ def run_config(cfg, prof_path: Path, prof, work: Path, i: int, seeds: tuple[int,
             "time_to_target_spread": [min(times), max(times)], "reached": f"{len(reached)} of {len(runs)}",
             "sec_per_iter_pct_err": pct_err(p.sec_per_iter, sec),
             "time_to_target_pct_err": pct_err(p.time_to_target_s, med(times)) if iters else None,
-            "iters_band": list(band), "band_holds": (sum(holds) * 2 > len(holds)) if holds and band else None,
+            "iters_band": list(band), "band_holds": (sum(holds) * 2 > len(holds)) if holds else None,
             "band_holds_runs": f"{sum(bool(h) for h in holds)} of {len(holds)}",
             "out_of_sample": name in LONG, "probe_note": plan.candidates[0].note,
             "mean_staleness": med([s.mean_staleness for s in runs])}

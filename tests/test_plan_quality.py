@@ -28,3 +28,13 @@ def test_a_row_without_per_seed_plans_judges_every_run():
     row = plan_row([32], [150, 80])
     del row["plan"]["per_seed"]
     assert plan_quality.kept_runs_of_the_first_plan(row["plan"]) == row["plan"]["runs"]
+
+
+def test_a_band_with_no_top_has_not_held_it_is_no_band():
+    """(low,) cannot fail on any run at or past low: counted apart, as no band. Fails if
+    band_holds treats a missing top as infinity."""
+    from benchmarks.common import band_holds
+
+    assert band_holds((100.0, 200.0), 150) is True and band_holds((100.0, 200.0), 250) is False
+    assert band_holds((100.0,), 10_000) is None and band_holds((), 150) is None
+    assert plan_quality.holds_per_run([100.0], [{"reached": True, "iterations": 500}]) == [None]

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from omnitune.runtime import job
+from omnitune.runtime import job, monitor
 from omnitune.runtime.job import RunOptions
 from tests.conftest import make_plan
 
@@ -161,3 +161,37 @@ def test_retuning_raises_a_rate_too_small_and_then_lowers_it(tmp_path):
         best = min(r["scores"], key=lambda x: x["loss"])
         before = next(x for x in r["scores"] if x["lr"] == r["before"]["lr"])
         assert not r["switched"] or before["loss"] - best["loss"] > r["margin"]
+
+
+def test_a_stall_is_seen_and_with_stop_on_stall_ends_the_run(tmp_path):
+    """lenet-digits at lr 1e-7 does not learn: its accuracy stays where it starts. Without
+    re-tuning and with stop_on_stall, the run ends on the stall long before its time limit, the
+    summary says when, and metrics.jsonl marks the evaluations while it lasted. Fails if the
+    monitor never flags a flat curve, or flags it without ending the run."""
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=1e-7, momentum=0.0, target=0.99)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60, retune=False, stop_on_stall=True))
+    assert not s.reached_target and s.stalled_at_s is not None and s.wall_s < 30
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1].get("stalled") and len(lines) >= monitor.STALL_EVALS
+
+
+def test_the_monitor_flags_a_stall_after_a_fifth_of_the_training_without_a_better_accuracy(tmp_path, monkeypatch):
+    """A fake clock: accuracy 0.5 at 1 s, 0.6 at 2 s, then 0.6 at every second. With five
+    evaluations made, the run is stalled once a fifth of its training has passed since 2 s: at
+    5 s (3 >= 1). A better accuracy at 8 s ends the stall; the first one stays recorded. Fails if
+    the rule counts from the first evaluation, ignores STALL_EVALS, or forgets the first stall."""
+    import torch
+
+    clock = {"t": 0.0}
+    readings = iter([0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.7])
+    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, next(readings)))
+    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl")
+    monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
+    model = torch.nn.Linear(1, 1)
+    stalled = []
+    for t in range(1, 9):
+        clock["t"] = float(t)
+        m.evaluate(model, t)
+        stalled.append(m.stalled)
+    assert stalled == [False, False, False, False, True, True, True, False]
+    assert m.stalled_at_s == 5.0 and m.best_at_s == 8.0

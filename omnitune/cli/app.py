@@ -203,6 +203,8 @@ def run(
                                 "--no-retune pins the plan"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
+    stop_on_stall: bool = typer.Option(False, help="with --no-retune, end the run once its best accuracy has not "
+                                       "improved for a fifth of its training"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
@@ -224,7 +226,8 @@ def run(
         options = job.RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s,
                                  resume=resume, from_scratch=from_scratch, replan_every_s=replan_every_s,
                                  replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
-                                 max_restarts=max_restarts, node_rank=node_rank, retune=retune)
+                                 max_restarts=max_restarts, node_rank=node_rank, retune=retune,
+                                 stop_on_stall=stop_on_stall)
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…"):
             summary = api.run(plan_path, out_dir, options)
@@ -262,6 +265,9 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.replans:
         out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
                   f"(see {out_dir}/replans.jsonl)")
+    if summary.stalled_at_s is not None:
+        out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
+                  "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")
     if not summary.reached_target:
         raise typer.Exit(1)
 

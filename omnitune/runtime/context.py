@@ -50,6 +50,7 @@ class JobArgs:
     planning_probes: int = 0
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
+    stall_stop_from_s: float = float("inf")   # a stall at or after this much training time ends it
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
     max_restarts: int = 0              # torchelastic restarts every process after a failure
     node: int = 0                      # the cluster spec's node these processes run on
@@ -117,7 +118,7 @@ class Context:
                           min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
                           eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
-                          record=job.trajectory)
+                          record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
         if job.attempt > 0:
             append_jsonl(self.run_dir / "restarts.jsonl", {"attempt": job.attempt, "time": round(time.time(), 3),
@@ -165,6 +166,7 @@ class Context:
             checkpoints=monitor.checkpoints,
             staleness=counts,
             started_at_s=self.start.train_s,
+            stalled_at_s=monitor.stalled_at_s,
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)

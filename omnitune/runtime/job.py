@@ -48,10 +48,14 @@ class RunOptions:
     max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
     node_rank: int | None = None              # which node of a plan on several nodes this is
     retune: bool = True                       # re-tune lr and momentum during the run; False pins the plan
+    stop_on_stall: bool = False               # without re-tuning, end a run that stalls (monitor.STALL_SHARE)
 
     def __post_init__(self) -> None:
         if self.replan_every_s is not None and not self.retune:
             raise UserError("--replan-every-s re-tunes the run: it cannot go with --no-retune")
+        if self.stop_on_stall and self.retune:
+            raise UserError("--stop-on-stall ends a run that stalls, which re-tuning answers instead: "
+                            "add --no-retune")
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -127,7 +131,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     if options.replan_every_s is not None and replan is None:
         raise ValueError("replan_every_s needs a replan function")
     if not options.retune or replan is None or len(nodes(plan.spec)) > 1:
-        return run_job(job)
+        return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     return run_with_replans(plan, job, options.replan_every_s, replan)
 
 
@@ -200,11 +204,14 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     seconds of training."""
     run_dir = Path(job.run_dir)
     train_s, replans, spent_s, cost_s = _trained_s(job.resume_from), 0, 0.0, FIRST_COST_S
-    stop_s, wall_before, probes_s = train_s, 0.0, 0.0
+    wall_before, probes_s, stalled_at_s = 0.0, 0.0, None
     while True:
-        stop_s = train_s + every_s if every_s is not None else next_stop(stop_s, spent_s, cost_s)
+        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, spent_s, cost_s)
+        # A stall pauses the run at once where a pause fits the budget.
+        stall_from_s = (spent_s + cost_s) / RETUNE_SHARE
         began = time.perf_counter()
-        summary = run_job(dataclasses.replace(job, stop_at_s=stop_s))
+        summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
+        stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         if replans:          # this segment began with a restart after a pause
             restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
             spent_s, cost_s = spent_s + restart_s, probes_s + restart_s
@@ -215,14 +222,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         spec, record = replan(job.spec, run_dir / checkpoint.FILE)
         probes_s = time.perf_counter() - began
         replans, spent_s = replans + 1, spent_s + probes_s
-        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s)
+        why = "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule"
+        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why)
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
         plan_path = run_dir / f"plan-replan-{replans}.json"
         plan_mod.save(plan, plan_path)
         job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path),
                                   resume_from=str(run_dir / checkpoint.FILE))
-    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s)
+    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
 

@@ -13,6 +13,13 @@ from omnitune.runtime.flat import get_params, num_params
 from omnitune.runtime.workload import Workload, evaluate
 
 
+# A run is stalled while its best accuracy has not improved for this share of its training time,
+# once it has been evaluated STALL_EVALS times: waiting on would most likely not cross a target
+# it is short of, and a lower rate (re-tuning) or a stop (--stop-on-stall) is the answer.
+STALL_SHARE = 0.2
+STALL_EVALS = 5
+
+
 @dataclass
 class Monitor:
     """Evaluates the test set at intervals and decides when the run ends.
@@ -51,6 +58,11 @@ class Monitor:
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
     stop: tuple[int, float] | None = None     # and at the check that ended the run
+    best_accuracy: float = float("-inf")
+    best_at_s: float = 0.0                    # training time of the best accuracy so far
+    stalled: bool = False                     # stalled now (STALL_SHARE)
+    stalled_at_s: float | None = None         # training time of the first stall
+    stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -84,10 +96,19 @@ class Monitor:
             self.evaluate(model, iteration, extra)
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
-                or 0 < self.max_iters <= iteration)
+                or 0 < self.max_iters <= iteration
+                or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s)
         if done and self.stop is None:
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
+
+    def note_accuracy(self, accuracy: float, train_s: float) -> None:
+        """Track the best accuracy and whether the run has stalled (STALL_SHARE)."""
+        if accuracy > self.best_accuracy:
+            self.best_accuracy, self.best_at_s = accuracy, train_s
+        self.stalled = self.evaluations >= STALL_EVALS and train_s - self.best_at_s >= STALL_SHARE * train_s
+        if self.stalled and self.stalled_at_s is None:
+            self.stalled_at_s = train_s
 
     def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
         """Training seconds per iteration past the first check, which ends the warm-up step (a
@@ -112,8 +133,10 @@ class Monitor:
         self.evaluated_at = iteration
         if accuracy >= self.target and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
+        self.note_accuracy(accuracy, wall - self.eval_s)
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": train_loss,
-                "test_loss": test_loss, "test_accuracy": accuracy, **(extra or {})}
+                "test_loss": test_loss, "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),
+                **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
