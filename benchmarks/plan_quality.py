@@ -13,10 +13,11 @@ with seeds 1, 2, 3 (`--seeds N`: 1 to N), seed by seed across them (interleaved,
 machine's drift falls on all alike): medians and min–max are reported. A run that misses the target counts as its
 time limit, the workload's stated cap.
 
-The plan is omnitune's whole path with each seed: `plan` with that seed, then its run, which
-starts where the chosen probe stopped (as `omnitune run` does). That probe's training is counted
-in the run's time to target, not in planning: `planning_s` is the median of planning's wall time
-less the training it handed on. The plans' band on iterations comes from a 30 s longer probe of
+The plan is omnitune's whole path with each seed: `plan` with that seed, then its run as
+`omnitune run` runs it: from where the chosen probe stopped, re-tuned during the run. That probe's
+training is counted in the run's time to target, not in planning: `planning_s` is the median of
+planning's wall time less the training it handed on. The run's pauses to re-tune (probes and
+restarts) are counted in its time too, and reported apart as `retune_frac` (over its training). The plans' band on iterations comes from a 30 s longer probe of
 the first seed's configuration (`plan --predict-s 30`), timed apart from planning. Writes
 benchmarks/results/plan_quality.json (plan_quality-quick.json with --quick).
 """
@@ -29,18 +30,19 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
 from omnitune import planning
-from omnitune.core import profile as profile_mod
+from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
 from omnitune.core.plan import start_path
 from omnitune.core.protocols import Groups, Sync
 from omnitune.core.runspec import RunSpec
 from omnitune.planning import Config
-from omnitune.probing.probe import hand_on, make_prober
+from omnitune.probing.probe import hand_on, make_prober, retune
 from omnitune.profiling import profiler
 from omnitune.runtime import workload
 from omnitune.runtime import job
@@ -105,6 +107,18 @@ def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | N
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s}
 
 
+def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
+    """A plan run as `omnitune run` runs it: from its start checkpoint, re-tuned during the run.
+    Its time is what the user waits for: the training to the target and the pauses to re-tune
+    (`retune_s`), or `limit_s` when it misses."""
+    s = job.run(str(plan_path), str(work / tag), job.RunOptions(max_time_s=limit_s),
+                replan=partial(retune, iters=job.RunOptions().replan_probe_iters))
+    return {"time_s": s.time_to_target_s + s.replan_s if s.reached_target else limit_s, "reached": s.reached_target,
+            "iterations": s.iterations, "final_accuracy": s.final_accuracy,
+            "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s, "retune_s": s.replan_s,
+            "retunes": s.replans, "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s}
+
+
 def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> dict:
     return interleaved({tag: spec}, work, cap_s, seeds)[tag]
 
@@ -113,13 +127,17 @@ def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seed
     """Each spec run once per seed, seed by seed across the specs (so a drift in the machine's
     speed over the session falls on every spec alike, not on whichever ran last): per spec the
     median time to target (a miss counts as `cap_s`), min-max, runs and median iterations. A spec
-    may instead be a dict from seed to (run spec, checkpoint it starts from): the plan of each seed.
+    may instead be a dict from seed to (run spec, checkpoint it starts from), or to a plan file,
+    which runs as `omnitune run` runs it (measure_plan): the plan of each seed.
     `on_run(tag, seed, run)`, if given, is called after each run."""
     runs: dict[str, list[dict]] = {tag: [] for tag in specs}
     for seed in seeds:
         for tag, spec in specs.items():
-            spec, start = spec[seed] if isinstance(spec, dict) else (replace(spec, seed=seed), None)
-            runs[tag].append(measure(spec, work, f"{tag}-s{seed}", cap_s, start))
+            if isinstance(spec, dict) and isinstance(spec[seed], Path):
+                runs[tag].append(measure_plan(spec[seed], work, f"{tag}-s{seed}", cap_s))
+            else:
+                one, start = spec[seed] if isinstance(spec, dict) else (replace(spec, seed=seed), None)
+                runs[tag].append(measure(one, work, f"{tag}-s{seed}", cap_s, start))
             if on_run:
                 on_run(tag, seed, runs[tag][-1])
     out = {}
@@ -167,7 +185,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     kept = {} if not previous else {
         **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
-    specs = {"plan": {seed: (p["plan"].spec, p["start"]) for seed, p in plans.items()},
+    specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
              "default": fixed_spec(prof, name, b.target, default_config(prof)),
              **{f"best{k}": fixed_spec(prof, name, b.target, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
@@ -207,6 +225,9 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         # the user's whole wait, planning's own cost included, against the grid's best run alone
         "plan_total_over_oracle": (planning_s + planned["median_s"]) / oracle["median_s"],
         "planning_overhead_frac": planning_s / planned["median_s"],
+        # in-run tuning's pauses (probes and restarts) over the plan's training, median over runs
+        "retune_frac": statistics.median(r.get("retune_s", 0.0) / max(r.get("train_s", r["time_s"]), 1e-9)
+                                         for r in planned["runs"]),
         "default_over_plan": default["median_s"] / planned["median_s"],
         "repeats": len(seeds),
         "spread": {"plan": planned["spread_s"], "oracle": oracle["spread_s"], "default": default["spread_s"]},
@@ -235,8 +256,9 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     spent_s = wall_s - plan.planning.handed_on_s
     print(f"{name} seed {seed}: plan {wall_s:.1f}s, {spent_s:.1f}s of it spent ({found.planning.probes} probes): "
           f"{describe_plan(plan)}, predicted {plan.prediction.time_to_target_s}s", flush=True)
+    plan_mod.save(plan, path)
     return {"plan": plan, "found": found, "prober": prober, "wall_s": wall_s, "spent_s": spent_s,
-            "start": start_path(plan, path), "log": log}
+            "start": start_path(plan, path), "path": path, "log": log}
 
 
 def config_of(configs: list[Config], row: dict) -> Config:
@@ -318,7 +340,8 @@ def main() -> None:
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target_accuracy", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
-            "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "default_over_plan"]
+            "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "retune_frac", "default_over_plan",
+            "repeats"]
     print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.10, default/plan >= 2, "
                "overhead <= 0.10)", rows, cols)
     holds = [h for r in rows for h in r["band_holds"]]

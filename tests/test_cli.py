@@ -6,7 +6,7 @@ import tempfile
 import pytest
 from typer.testing import CliRunner
 
-from omnitune.cli.app import app
+from omnitune.cli.commands import app
 from omnitune.core.errors import UserError
 from omnitune.runtime.summary import RunSummary, save as save_summary
 from tests.conftest import DATA, make_plan

@@ -38,3 +38,24 @@ def test_a_band_with_no_top_has_not_held_it_is_no_band():
     assert band_holds((100.0, 200.0), 150) is True and band_holds((100.0, 200.0), 250) is False
     assert band_holds((100.0,), 10_000) is None and band_holds((), 150) is None
     assert plan_quality.holds_per_run([100.0], [{"reached": True, "iterations": 500}]) == [None]
+
+
+def test_the_plan_runs_as_omnitune_run_runs_it_and_its_pauses_count(tmp_path, monkeypatch):
+    """A plan file in `interleaved` runs through job.run with the re-tuner handed in; its time is
+    the training to the target plus the pauses to re-tune, and a miss counts as the cap. Fails if
+    the plan's row runs the spec without re-tuning, or leaves the pauses out of the time."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    def run(plan_path, out_dir, options, replan=None):
+        calls.append((plan_path, options.retune, replan is not None))
+        reached = "s1" in out_dir
+        return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None, replan_s=2.0,
+                               replans=1, iterations=100, final_accuracy=0.9, measured_sec_per_iter=0.1,
+                               started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None)
+    monkeypatch.setattr(plan_quality.job, "run", run)
+    out = plan_quality.interleaved({"w-plan": {1: tmp_path / "p1.json", 2: tmp_path / "p2.json"}}, tmp_path, 30.0,
+                                   seeds=(1, 2))["w-plan"]
+    assert [r["time_s"] for r in out["runs"]] == [12.0, 30.0] and all(r["retune_s"] == 2.0 for r in out["runs"])
+    assert calls == [(str(tmp_path / "p1.json"), True, True), (str(tmp_path / "p2.json"), True, True)]

@@ -4,7 +4,7 @@ import dataclasses
 
 from typer.testing import CliRunner
 
-from omnitune.cli.app import app
+from omnitune.cli.commands import app
 from omnitune.core import profile as profile_mod
 from omnitune.probing import timing
 from omnitune.runtime import host

@@ -1,5 +1,5 @@
-"""The commands (app.py) and the plots of `omnitune report` (report.py)."""
+"""The commands (commands.py) and the plots of `omnitune report` (report.py)."""
 
-from omnitune.cli.app import app, main
+from omnitune.cli.commands import app, main
 
 __all__ = ["app", "main"]

@@ -1,5 +1,5 @@
 import sys
 
-from omnitune.cli.app import main
+from omnitune.cli.commands import main
 
 sys.exit(main())

@@ -49,14 +49,21 @@ def plot_plan(plan: plan_mod.Plan, out: Path) -> Path:
     return out
 
 
+def jsonl(path: Path) -> list[dict]:
+    """The lines of a JSON-lines file of the run dir; none when it is missing."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
 def plot_run(run_dir: Path, out: Path) -> Path:
-    """Accuracy and loss over training time, with the plan's predicted accuracy curve."""
+    """Accuracy and loss over training time, with the plan's predicted accuracy curve; the live
+    ETA's history against the time the run took (eta.jsonl); the learning rate and momentum that
+    re-tuning chose over time (replans.jsonl)."""
     plt = _pyplot()
     summary = summary_mod.load(run_dir / "summary.json")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = jsonl(run_dir / "metrics.jsonl")
     plan = plan_mod.load(summary.plan) if Path(summary.plan).is_file() else None
     t = [m["train_s"] for m in metrics]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a1, a2, a3, a4) = plt.subplots(1, 4, figsize=(20, 4.2))
     a1.plot(t, [m["test_accuracy"] for m in metrics], "o-", ms=3, label="measured")
     if plan is not None and plan.prediction.curve:
         pc = np.array(plan.prediction.curve)
@@ -71,11 +78,49 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     a2.plot(t, [m["train_loss"] if m["train_loss"] is not None else np.nan for m in metrics], label="train loss")
     a2.set(xlabel="training time (s)", ylabel="loss", yscale="log", title="loss")
     a2.legend(fontsize=8)
+    plot_eta(a3, jsonl(run_dir / "eta.jsonl"), summary.time_to_target_s)
+    plot_tuning(a4, jsonl(run_dir / "replans.jsonl"), plan, summary.wall_s - summary.eval_s)
     fig.suptitle(f"{run_dir}: {summary.protocol}, {summary.processes} processes", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
+    """Each live estimate of the time to target (training so far + ETA, with its band), against
+    the time the run took."""
+    shown = [e for e in etas if e.get("eta_s") is not None]
+    if shown:
+        x = [e["train_s"] for e in shown]
+        ax.plot(x, [e["train_s"] + e["eta_s"] for e in shown], "o-", ms=3, label="estimated time to target")
+        lo = [e["train_s"] + e["band_s"][0] if e.get("band_s") else np.nan for e in shown]
+        hi = [e["train_s"] + e["band_s"][1] if e.get("band_s") and e["band_s"][1] is not None else np.nan
+              for e in shown]
+        ax.fill_between(x, lo, hi, alpha=0.2, label="band")
+    if actual_s is not None:
+        ax.axhline(actual_s, color="green", lw=0.8, label="actual")
+    ax.set(xlabel="training time (s)", ylabel="seconds", title="live ETA" if shown else "live ETA (none recorded)")
+    ax.legend(fontsize=8)
+
+
+def plot_tuning(ax, pauses: list[dict], plan, end_s: float) -> None:
+    """The learning rate (and momentum, on the right) the run trained at, from the plan's through
+    each pause's decision."""
+    if plan is None:
+        ax.set(title="re-tuning (no plan to start from)")
+        return
+    times = [0.0] + [p["train_s"] for p in pauses] + [end_s]
+    lrs = [plan.spec.lr] + [p["after"]["lr"] for p in pauses]
+    moms = [plan.spec.momentum] + [p["after"]["momentum"] for p in pauses]
+    ax.step(times, lrs + lrs[-1:], where="post", label="learning rate")
+    ax.set(xlabel="training time (s)", ylabel="learning rate", yscale="log",
+           title=f"re-tuning: {len(pauses)} pause(s)")
+    right = ax.twinx()
+    right.step(times, moms + moms[-1:], where="post", color="C1", label="momentum")
+    right.set(ylabel="momentum")
+    ax.legend(loc="upper left", fontsize=8)
+    right.legend(loc="upper right", fontsize=8)
 
 
 def report(path: Path) -> Path:

@@ -96,7 +96,7 @@ def prepare(spec: RunSpec, out_dir: str, options: RunOptions, source: str = "the
         resume_from = str(start_from.resolve())
     run_dir.mkdir(parents=True, exist_ok=True)
     if coordinator and not resume:      # a restart must not go on from an earlier run's checkpoint
-        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", checkpoint.FILE):
+        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", "eta.jsonl", checkpoint.FILE):
             (run_dir / stale).unlink(missing_ok=True)
     return JobArgs(spec=spec, run_dir=str(run_dir.resolve()), max_time_s=options.max_time_s,
                    eval_every_s=options.eval_every_s, timeout_s=options.timeout_s, resume_from=resume_from, node=here.index,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -229,8 +233,9 @@ def run(
                                  max_restarts=max_restarts, node_rank=node_rank, retune=retune,
                                  stop_on_stall=stop_on_stall)
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
-        with console.status(f"{waiting}running {plan_path}…"):
-            summary = api.run(plan_path, out_dir, options)
+        with console.status(f"{waiting}running {plan_path}…") as status:
+            with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):
+                summary = api.run(plan_path, out_dir, options)
     except UserError as e:
         _fail(e)
     _render_summary(summary, plan_path, out_dir, node_rank)
@@ -265,11 +270,74 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.replans:
         out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
                   f"(see {out_dir}/replans.jsonl)")
-    if summary.stalled_at_s is not None:
+    if summary.stalled_at_s is not None and not summary.reached_target:
         out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
                   "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")
     if not summary.reached_target:
         raise typer.Exit(1)
+
+
+ETA_EVERY_S = 2.0        # how often `run` re-fits the ETA (a fit takes a few tenths of a second)
+
+
+@contextlib.contextmanager
+def _following(run_dir: Path, plan_path: Path, show):
+    """While the run goes on: every ETA_EVERY_S, the ETA from metrics.jsonl on the status line
+    and in eta.jsonl (efficiency/eta.py)."""
+    from omnitune.core import plan as plan_mod
+
+    target = plan_mod.load(plan_path).spec.target_accuracy
+    stop, since = threading.Event(), time.time()
+
+    def follow() -> None:
+        last = None
+        while not stop.wait(ETA_EVERY_S):
+            last = _eta_step(run_dir, target, since, show, last)
+    thread = threading.Thread(target=follow, daemon=True)
+    if target is not None:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+
+
+def _eta_step(run_dir: Path, target: float, since: float, show, last: int | None) -> int | None:
+    """One look at the run: the ETA from this run's readings (written after `since`), shown and
+    kept in eta.jsonl when a new reading came; the iteration of the last reading seen."""
+    from omnitune.core.files import append_jsonl
+    from omnitune.efficiency import eta
+
+    lines = []
+    try:
+        for text in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:              # a line still being written
+                continue
+    except OSError:
+        return last
+    lines = [x for x in lines if x.get("time", since) >= since]
+    e = eta.estimate(lines, target)
+    if e is None or e.iteration == last:
+        return last
+    append_jsonl(run_dir / "eta.jsonl", e.to_dict())
+    show(_eta_text(e, target))
+    return e.iteration
+
+
+def _eta_text(e, target: float) -> str:
+    """The status line: a bar of the training so far against the ETA, the accuracy, the ETA and its band."""
+    width = 20
+    done = 1.0 if e.eta_s == 0 else (e.train_s / (e.train_s + e.eta_s) if e.eta_s is not None else 0.0)
+    bar = "█" * round(done * width) + "░" * (width - round(done * width))
+    if e.eta_s is None:
+        return f"{bar} accuracy {e.accuracy:.3f} of {target} at {e.train_s:.1f}s; no ETA yet ({e.note})"
+    band = "" if e.band_s is None else \
+        f" ({e.band_s[0]:.0f}–{'∞' if e.band_s[1] is None else f'{e.band_s[1]:.0f}'}s)"
+    return f"{bar} accuracy {e.accuracy:.3f} of {target} at {e.train_s:.1f}s; ETA {e.eta_s:.0f}s{band}"
 
 
 def _run_options(values: dict) -> list[str]:

@@ -1,0 +1,41 @@
+"""The live ETA (efficiency/eta.py) and how `omnitune run` shows and keeps it (cli/commands.py)."""
+
+import json
+
+import pytest
+
+from omnitune.cli import commands as cli_app
+from omnitune.efficiency.eta import MIN_READINGS, estimate
+
+
+def readings(n: int, attempt: int = 0, start: int = 50) -> list[dict]:
+    """A curve that climbs as 0.99 - 0.9 (it / 10)^-0.5, 10 ms an iteration: 0.95 at 5,063."""
+    return [{"attempt": attempt, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
+             "test_accuracy": 0.99 - 0.9 * (it / 10) ** -0.5} for it in range(start, start + 50 * n, 50)]
+
+
+def test_the_eta_waits_for_readings_counts_down_to_the_target_and_is_zero_there():
+    """Fails if the ETA is given from too few readings, ignores the seconds per iteration, or
+    mixes the readings of an earlier attempt (a restart) into the current one's curve."""
+    assert estimate(readings(MIN_READINGS - 1), 0.95) is None
+    e = estimate(readings(40), 0.95)                   # 2,000 iterations in: 3,063 to go, 30.6 s
+    assert e.iteration == 2000 and e.eta_s is not None and 10 < e.eta_s < 60
+    assert e.band_s is not None and e.band_s[0] <= e.eta_s
+    assert estimate(readings(40), 0.5).eta_s == 0.0       # past the target: reached
+    restarted = readings(40) + readings(3, attempt=1, start=2100)
+    assert estimate(restarted, 0.95) is None              # the new attempt has too few readings of its own
+
+
+def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path):
+    """One look at a run dir: a reading written before the run began is not the run's; the ETA
+    goes to the status line and to eta.jsonl, and the same reading is not shown twice."""
+    lines = readings(30)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"half a li')
+    shown = []
+    last = cli_app._eta_step(tmp_path, 0.95, lines[0]["time"], shown.append, None)
+    assert last == lines[-1]["iteration"] and len(shown) == 1 and "ETA" in shown[0] and "0.95" in shown[0]
+    kept = [json.loads(x) for x in (tmp_path / "eta.jsonl").read_text().splitlines()]
+    assert kept[0]["iteration"] == last and kept[0]["eta_s"] == pytest.approx(float(shown[0].split("ETA ")[1]
+                                                                                     .split("s")[0]), abs=0.5)
+    assert cli_app._eta_step(tmp_path, 0.95, lines[0]["time"], shown.append, last) == last and len(shown) == 1
+    assert cli_app._eta_step(tmp_path, 0.95, lines[-1]["time"] + 1, shown.append, None) is None   # none since
