@@ -111,7 +111,7 @@ def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
     """A plan run as `omnitune run` runs it: from its start checkpoint, re-tuned during the run.
     Its time is what the user waits for: the training to the target and the pauses to re-tune
     (`retune_s`), or `limit_s` when it misses."""
-    s = job.run(str(plan_path), str(work / tag), job.RunOptions(max_time_s=limit_s),
+    s = job.run(str(plan_path), str(work / tag), job.RunOptions(max_time_s=limit_s, retune=True),
                 replan=partial(retune, iters=job.RunOptions().replan_probe_iters))
     return {"time_s": s.time_to_target_s + s.replan_s if s.reached_target else limit_s, "reached": s.reached_target,
             "iterations": s.iterations, "final_accuracy": s.final_accuracy,

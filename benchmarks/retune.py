@@ -3,7 +3,7 @@
     python -m benchmarks.retune [--quick] [--only NAME] [--seeds N]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
-checkpoint, with re-tuning (the default of `omnitune run`) and with `--no-retune`, seed by seed
+checkpoint, with re-tuning (`omnitune run --retune`) and without (the default), seed by seed
 across the two (interleaved, so the machine's drift falls on both alike). A re-tuned run's time
 is what the user waits for: its training to the target plus its pauses (probes and restarts).
 A run that misses its target counts as its time limit. Rows: the median time and min-max of

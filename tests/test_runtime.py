@@ -169,7 +169,7 @@ def test_a_stall_is_seen_and_with_stop_on_stall_ends_the_run(tmp_path):
     summary says when, and metrics.jsonl marks the evaluations while it lasted. Fails if the
     monitor never flags a flat curve, or flags it without ending the run."""
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=1e-7, momentum=0.0, target=0.99)
-    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60, retune=False, stop_on_stall=True))
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60, stop_on_stall=True))
     assert not s.reached_target and s.stalled_at_s is not None and s.wall_s < 30
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1].get("stalled") and len(lines) >= monitor.STALL_EVALS

@@ -202,13 +202,13 @@ def run(
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
                                       "probe stopped"),
-    retune: bool = typer.Option(True, help="pause to re-tune lr and momentum from a checkpoint whenever that "
-                                "costs at most a tenth of the training so far (Omnivore's epochs); "
-                                "--no-retune pins the plan"),
+    retune: bool = typer.Option(False, help="pause to re-tune lr and momentum from a checkpoint whenever that "
+                                "costs at most a tenth of the training so far (Omnivore's epochs); off by "
+                                "default: as built it made teacher-mlp 1.18x slower (benchmarks.retune)"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
-    stop_on_stall: bool = typer.Option(False, help="with --no-retune, end the run once its best accuracy has not "
-                                       "improved for a fifth of its training"),
+    stop_on_stall: bool = typer.Option(False, help="without re-tuning, end the run once its best accuracy has "
+                                       "not improved for a fifth of its training"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "

@@ -47,15 +47,10 @@ class RunOptions:
     checkpoint_every_s: float | None = None   # checkpoint every this many seconds of training
     max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
     node_rank: int | None = None              # which node of a plan on several nodes this is
-    retune: bool = True                       # re-tune lr and momentum during the run; False pins the plan
+    retune: bool = False                      # re-tune lr and momentum during the run (see `retuning`)
     stop_on_stall: bool = False               # without re-tuning, end a run that stalls (monitor.STALL_SHARE)
 
     def __post_init__(self) -> None:
-        if self.replan_every_s is not None and not self.retune:
-            raise UserError("--replan-every-s re-tunes the run: it cannot go with --no-retune")
-        if self.stop_on_stall and self.retune:
-            raise UserError("--stop-on-stall ends a run that stalls, which re-tuning answers instead: "
-                            "add --no-retune")
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -63,6 +58,15 @@ class RunOptions:
         for name, least in (("max_restarts", 0), ("replan_probe_iters", 1)):
             if getattr(self, name) < least:
                 raise UserError(f"{option(name)} must be at least {least}, got {getattr(self, name)}")
+        if self.stop_on_stall and self.retuning:
+            raise UserError("--stop-on-stall ends a run that stalls, which re-tuning answers instead: "
+                            "drop --retune and --replan-every-s")
+
+    @property
+    def retuning(self) -> bool:
+        """Whether the run pauses to re-tune: asked for, or given a period. Off by default: as built,
+        re-tuning made teacher-mlp 1.18x slower (benchmarks.retune)."""
+        return self.retune or self.replan_every_s is not None
 
 
 def option(field: str) -> str:
@@ -109,7 +113,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
 
     The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
     counts that probe's training), unless `options.from_scratch`. Given `replan` (the runtime does
-    no planning: api.run hands in probe.retune) and `options.retune`, the run pauses to re-tune its
+    no planning: api.run hands in probe.retune) and `options.retuning`, the run pauses to re-tune its
     spec from a checkpoint at `next_stop` (or every `options.replan_every_s` seconds of training);
     a plan on several nodes is not re-tuned."""
     plan = plan_mod.load(plan_path)
@@ -130,7 +134,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
                               max_restarts=options.max_restarts)
     if options.replan_every_s is not None and replan is None:
         raise ValueError("replan_every_s needs a replan function")
-    if not options.retune or replan is None or len(nodes(plan.spec)) > 1:
+    if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     return run_with_replans(plan, job, options.replan_every_s, replan)
 
