@@ -21,6 +21,7 @@ import json
 import statistics
 import tempfile
 from dataclasses import replace
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from benchmarks.common import print_rows, write_results
 from benchmarks.plan_quality import WORKLOADS, describe_plan, planned_with
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
+from omnitune.probing.probe import retune
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
@@ -37,9 +39,6 @@ COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "p
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, retuned: bool) -> dict:
-    from functools import partial
-
-    from omnitune.probing.probe import retune
     options = job.RunOptions(max_time_s=limit_s, retune=retuned)
     s = job.run(str(plan_path), str(work / tag), options,
                 replan=partial(retune, iters=options.replan_probe_iters) if retuned else None)

@@ -70,11 +70,6 @@ class Setup:
         """What a probe of this setup trains: configurations alike in it share statistical efficiency."""
         return ProbeConfig(self.variant, self.batches, lr, momentum, self.staleness if self.variant.has_server else ())
 
-    @property
-    def key(self) -> tuple:
-        """What makes it a setup, whatever its rate: a timing or a final round is per setup."""
-        return (self.layout, self.variant, self.groups, self.batch)
-
 
 @dataclass(frozen=True)
 class Scored:

@@ -33,8 +33,8 @@ class RunSummary:
     protocol_stats: dict[str, float] = field(default_factory=dict)   # e.g. disagreement (gossip)
     restarts: int = 0               # times torchelastic restarted the processes after a failure
     checkpoints: int = 0            # periodic checkpoints written (the last attempt's)
-    replans: int = 0                # re-plans during the run (omnitune run --replan-every-s)
-    replan_s: float = 0.0           # wall time they took (probes), not counted in time_to_target_s
+    replans: int = 0                # pauses to re-tune during the run (omnitune run --retune)
+    replan_s: float = 0.0           # wall time they cost (probes and restarts), not in time_to_target_s
     # Measured, per update the coordinator made: staleness[t] updates used information t steps
     # old. Server protocols: server updates between a gradient's read of the weights and its
     # application; hpsgd: local steps before the average change merged; gossip: local steps since
