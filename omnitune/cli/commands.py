@@ -204,7 +204,7 @@ def run(
                                       "probe stopped"),
     retune: bool = typer.Option(False, help="pause to re-tune lr and momentum from a checkpoint whenever that "
                                 "costs at most a tenth of the training so far (Omnivore's epochs); off by "
-                                "default: as built it made teacher-mlp 1.18x slower (benchmarks.retune)"),
+                                "default: as built it makes runs slower (benchmarks.retune)"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
     stop_on_stall: bool = typer.Option(False, help="without re-tuning, end the run once its best accuracy has "

@@ -65,7 +65,7 @@ class RunOptions:
     @property
     def retuning(self) -> bool:
         """Whether the run pauses to re-tune: asked for, or given a period. Off by default: as built,
-        re-tuning made teacher-mlp 1.18x slower (benchmarks.retune)."""
+        re-tuning makes runs slower (benchmarks.retune)."""
         return self.retune or self.replan_every_s is not None
 
 
