@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from omnitune.core.profile import Profile
 from omnitune.efficiency import fleet as fleet_mod
 from omnitune.planning import study as study_mod
 from omnitune.planning.request import PlanRequest
+from omnitune.planning.space import ADAMW_DECADES
 from omnitune.probing import probe, timing
 from omnitune.profiling import profiler
 from omnitune.runtime import job, workload as wl_mod
@@ -83,7 +85,7 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
     if wl_mod.resolve(prof.workload) != wl.path:
         notice(f"warning: {source} was measured with workload {prof.workload!r}, not {request.workload!r}")
     seed_everything(request.seed)
-    prober = probe.make_prober(wl, request.data_dir, request.target_accuracy, request.seed)
+    prober = probe.make_prober(wl, request.data_dir, request.target, request.seed)
     elsewhere = "" if fleet else timing.here(prof)
     if elsewhere:
         notice(f"planning for a machine you are not on ({elsewhere}): the probes train on this machine's CPU, "
@@ -93,7 +95,10 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
                                 request.study_name(prof.measured_at, len(prof.devices)))
     if fleet:
         progress(f"simulating every configuration on {fleet.nodes} nodes")
-    found = planning.search(prof, request.space(), prober, max_probe_iters=request.probe_iters,
+    space = request.space()
+    if wl.recipe.optimizer == "adamw":
+        space = replace(space, decades=ADAMW_DECADES)
+    found = planning.search(prof, space, prober, max_probe_iters=request.probe_iters,
                             budget_s=request.budget_s, study=study, log=progress,
                             hardware=fleet.hardware if fleet else planning.profiled(prof, request.hardware_model),
                             timer=partial(time_config, request, prof, progress) if timed else None)
@@ -101,7 +106,7 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
         progress(f"probing the chosen configuration for {request.predict_s:g}s to predict its time")
         found = planning.predict(found, prober, request.predict_s)
     result = planning.build_plan(found, prof, str(source), request.workload, request.data_dir,
-                                 request.target_accuracy, request.seed,
+                                 request.target, request.seed,
                                  datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                  simulated_cluster=fleet.description if fleet else "",
                                  hardware_model=request.hardware_model)
@@ -116,7 +121,7 @@ def time_config(request: PlanRequest, prof: Profile, progress: Say, config: plan
     """A configuration's seconds per iteration, by a short real job of the runtime."""
     progress(f"timing {config.layout} {config.variant.label} with a real job")
     return timing.time_spec(planning.spec_of(config, prof, request.workload, request.data_dir,
-                                             request.target_accuracy, request.seed))
+                                             request.target, request.seed))
 
 
 def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions()) -> RunSummary | None:

@@ -1,6 +1,7 @@
 """The command line: bad input gives one line and exit 2; the whole path runs."""
 
 import json
+from pathlib import Path
 import tempfile
 
 import pytest
@@ -45,6 +46,10 @@ PLAN = ["plan", "--workload", "lenet-digits", "--out", "/tmp/never-written.json"
      "--predict-s must not be negative"),
     (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--hardware-model", "guess"],
      "--hardware-model must be analytic or simulated"),
+    (["--profile", str(DATA / "profile-v1.json")], "give one target: --target-accuracy or --target-loss"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-accuracy", "0.9", "--target-loss", "0.3"],
+     "give one target"),
+    (["--profile", str(DATA / "profile-v1.json"), "--target-loss", "-1"], "--target-loss must be positive"),
 ])
 def test_plan_bad_input(extra, needle):
     fails_cleanly(PLAN + extra, needle)
@@ -272,3 +277,24 @@ def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["reached_target"] and summary["iterations"] > 40
     assert summary["started_at_s"] == pytest.approx(handed.planning.handed_on_s) and summary["started_at_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_plan_and_run_to_a_target_loss_with_adamw(tmp_path):
+    """An AdamW workload planned and run to a test loss: the search covers AdamW's rates, the
+    plan's schedule spans its predicted iterations, and the run stops on the loss."""
+    workload = str(Path(__file__).parent / "workloads" / "adamw_digits.py")
+    plan_path = tmp_path / "plan.json"
+    r = runner.invoke(app, ["plan", "--profile", str(DATA / "profile-v1.json"), "--workload", workload,
+                            "--target-loss", "0.3", "--protocol", "sync", "--budget-s", "8", "--out", str(plan_path)])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(plan_path.read_text())
+    assert plan["spec"]["target_loss"] == 0.3 and plan["spec"]["target_accuracy"] is None
+    assert plan["spec"]["lr"] < 0.1 and plan["spec"]["horizon"] > 0
+    probed = {c["lr"] for c in plan["candidates"] if c["note"] != "not probed"}
+    assert 0.01 in probed and 0.001 in probed
+    r = runner.invoke(app, ["run", str(plan_path), "--out-dir", str(tmp_path / "run"), "--max-time-s", "60"])
+    assert r.exit_code == 0, r.output
+    assert "reached test loss 0.3" in r.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["reached_target"] and summary["final_loss"] <= 0.3

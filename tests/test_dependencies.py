@@ -5,7 +5,9 @@ folder:
                   profiling -> runtime -> efficiency -> core
     (and each layer -> any layer below it on its line; probing -> runtime too)
 
-api.py, the Python API, sits at the top of the package beside the folders.
+api.py, the Python API, sits at the top of the package beside the folders. workloads/ is in no
+layer: the bundled workload files are the user's side, loaded by path (runtime/workload.py), and
+import torch and whatever their data needs; they are left out here.
 
 core/, efficiency/ and planning/ are pure: no torch, no processes (planning is handed its prober
 and its timer). The runtime runs jobs and never imports planning: re-planning reaches it as a
@@ -48,6 +50,8 @@ def pure(module: str) -> bool:
 def modules() -> dict[str, ast.Module]:
     out = {}
     for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "workloads":      # user-side files, in no layer
+            continue
         name = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
         out[name.removesuffix(".__init__") if name.endswith("__init__") else name] = ast.parse(path.read_text())
     out.pop("__init__", None)

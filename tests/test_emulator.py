@@ -1,9 +1,13 @@
 """Each protocol's emulation against a reference: on a quadratic, a minibatch's gradient is
 A (w - mean of its centres), so the update sequence of every protocol is written here in numpy
-from its definition (the runtime's loops) and the same minibatches, and the emulator must follow it."""
+from its definition (the runtime's loops) and the same minibatches, and the emulator must follow it.
+Every protocol is checked under both recipes: SGD with heavy-ball momentum at a constant rate, and
+AdamW with weight decay, gradient clipping and a warm-up then cosine schedule, whose arithmetic is
+written out here as well (torch's AdamW, Loshchilov & Hutter)."""
 
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,7 @@ import pytest
 import torch
 
 from omnitune.core.protocols import Gossip, Groups, HPSGD, SoftSync, Sync, matching
+from omnitune.core.recipe import Recipe
 from omnitune.efficiency.statmodel import ProbeConfig
 from omnitune.probing.emulator import emulator, equal_speed_schedule
 from omnitune.runtime import workload
@@ -19,6 +24,48 @@ WL = workload.load(str(Path(__file__).parent / "workloads" / "quadratic.py"))
 TRAIN, _ = WL.build_datasets(None, 0)
 A = WL.module.A.double().numpy()
 LR, MU, SEED, STEPS = 0.1, 0.5, 3, 30
+ADAMW = Recipe(optimizer="adamw", weight_decay=0.1, beta2=0.9, schedule="cosine", warmup=0.2, floor=0.1,
+               clip_grad_norm=1.0)
+HORIZON = 20                       # shorter than STEPS: the rate also sits at its floor for a while
+RECIPES = {"sgd": (Recipe(), LR), "adamw": (ADAMW, 0.05)}
+
+
+class SGDRef:
+    """v <- mu v + g; w <- w - lr v (v from zero: the first v is the first gradient)."""
+
+    def __init__(self):
+        self.v = np.zeros(3)
+
+    def __call__(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        self.v = MU * self.v + g
+        return w - LR * self.v
+
+
+class AdamWRef:
+    """Clip g to norm 1; the rate at step t (from 1): warm-up (t / 4) over the first 4 of 20
+    iterations, then cosine from 1 to 0.1 until iteration 20, then 0.1; decay w by lr * wd; Adam's
+    moments with bias correction, beta1 = MU."""
+
+    def __init__(self):
+        self.m, self.v, self.t = np.zeros(3), np.zeros(3), 0
+
+    def __call__(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        it, self.t = self.t, self.t + 1
+        g = g * min(1.0, 1.0 / (np.linalg.norm(g) + 1e-6))
+        if it < 4:
+            share = (it + 1) / 4
+        else:
+            share = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (it - 4) / 16)))
+        lr = 0.05 * share
+        w = w * (1 - lr * 0.1)
+        self.m = MU * self.m + (1 - MU) * g
+        self.v = 0.9 * self.v + 0.1 * g * g
+        m_hat, v_hat = self.m / (1 - MU ** self.t), self.v / (1 - 0.9 ** self.t)
+        return w - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+REFS = {"sgd": SGDRef, "adamw": AdamWRef}
+both = pytest.mark.parametrize("recipe", list(RECIPES))
 
 
 def start() -> np.ndarray:
@@ -36,8 +83,12 @@ def grad(w: np.ndarray, centre: np.ndarray) -> np.ndarray:
     return A @ (w - centre)
 
 
-def emulated(cfg: ProbeConfig) -> list[np.ndarray]:
-    emu = emulator(WL, TRAIN, cfg, SEED)
+def config(recipe: str, variant, batches) -> ProbeConfig:
+    return ProbeConfig(variant, batches, RECIPES[recipe][1], MU)
+
+
+def emulated(cfg: ProbeConfig, recipe: str = "sgd") -> list[np.ndarray]:
+    emu = emulator(replace(WL, recipe=RECIPES[recipe][0]), TRAIN, cfg, SEED, horizon=HORIZON)
     out = []
     for _ in range(STEPS):
         emu.step()
@@ -45,38 +96,39 @@ def emulated(cfg: ProbeConfig) -> list[np.ndarray]:
     return out
 
 
-def check(cfg: ProbeConfig, reference: list[np.ndarray]) -> None:
-    for t, (got, want) in enumerate(zip(emulated(cfg), reference)):
+def check(cfg: ProbeConfig, reference: list[np.ndarray], recipe: str = "sgd") -> None:
+    for t, (got, want) in enumerate(zip(emulated(cfg, recipe), reference)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"iteration {t + 1}")
 
 
-def test_sync_steps_on_one_averaged_gradient():
+@both
+def test_sync_steps_on_one_averaged_gradient(recipe):
     """Each device reads its own shard, as the runtime's workers do; the gradient is their average."""
-    w, v, data = start(), np.zeros(3), [stream(8, 0, 2), stream(8, 1, 2)]
+    w, step, data = start(), REFS[recipe](), [stream(8, 0, 2), stream(8, 1, 2)]
     ref = []
     for _ in range(STEPS):
-        v = MU * v + grad(w, (next(data[0]) + next(data[1])) / 2)
-        w = w - LR * v
+        w = step(w, grad(w, (next(data[0]) + next(data[1])) / 2))
         ref.append(w)
-    check(ProbeConfig(Sync(), ((8, 8),), LR, MU), ref)
+    check(config(recipe, Sync(), ((8, 8),)), ref, recipe)
 
 
-def test_groups_apply_each_gradient_g_minus_one_updates_late():
+@both
+def test_groups_apply_each_gradient_g_minus_one_updates_late(recipe):
     """g groups of equal speed take turns: the m-th gradient of group j is update m g + j, read
     after the group's previous update, so g - 1 updates old (j on the first round)."""
     g = 3
     data = [stream(4, j, g) for j in range(g)]
-    versions, v = [start()], np.zeros(3)
+    versions, step = [start()], REFS[recipe]()
     for k in range(STEPS):
         m, j = divmod(k, g)
         read = 0 if m == 0 else (m - 1) * g + j + 1
-        v = MU * v + grad(versions[read], next(data[j]))
-        versions.append(versions[-1] - LR * v)
-    check(ProbeConfig(Groups(g=g), ((4,),) * g, LR, MU), versions[1:])
+        versions.append(step(versions[-1], grad(versions[read], next(data[j]))))
+    check(config(recipe, Groups(g=g), ((4,),) * g), versions[1:], recipe)
 
 
+@both
 @pytest.mark.parametrize("n, scaled", [(2, True), (2, False), (4, True), (1, True)])
-def test_softsync_sums_its_gradients_and_scales_each_by_staleness(n, scaled):
+def test_softsync_sums_its_gradients_and_scales_each_by_staleness(n, scaled, recipe):
     """4 learners, ceil(4/n) gradients per update, all read after their previous update: in round
     r, update k = r·q + u (q = 4 / that) holds learners u·p … u·p + p - 1, which read version
     (r - 1)·q + u + 1; each step divided by its staleness when scaled (Rudra)."""
@@ -85,53 +137,52 @@ def test_softsync_sums_its_gradients_and_scales_each_by_staleness(n, scaled):
     p = variant.gradients_per_update
     q = learners // p
     data = [stream(4, i, learners) for i in range(learners)]
-    versions, v = [start()], np.zeros(3)
+    versions, step = [start()], REFS[recipe]()
     for k in range(STEPS):
         r, u = divmod(k, q)
         read = 0 if r == 0 else (r - 1) * q + u + 1
         sigma = k - read
         scale = 1 / max(sigma, 1) if scaled else 1.0
         total = sum(scale * grad(versions[read], next(data[i])) for i in range(u * p, u * p + p))
-        v = MU * v + total / p
-        versions.append(versions[-1] - LR * v)
-    check(ProbeConfig(variant, ((4,),) * learners, LR, MU), versions[1:])
+        versions.append(step(versions[-1], total / p))
+    check(config(recipe, variant, ((4,),) * learners), versions[1:], recipe)
 
 
-def test_hpsgd_merges_the_average_change_one_step_late():
+@both
+def test_hpsgd_merges_the_average_change_one_step_late(recipe):
     n = 3
     data = [stream(4, i, n) for i in range(n)]
     L = [start() for _ in range(n)]
-    v = [np.zeros(3) for _ in range(n)]
+    steps = [REFS[recipe]() for _ in range(n)]
     G, change, sent = start(), None, None
     ref = []
     for _ in range(STEPS):
         for i in range(n):
-            v[i] = MU * v[i] + grad(L[i], next(data[i]))
-            L[i] = L[i] - LR * v[i]
+            L[i] = steps[i](L[i], grad(L[i], next(data[i])))
         if change is not None:
             G = G + change
             L = [G + (L[i] - sent[i]) for i in range(n)]
         change = np.mean([L[i] - G for i in range(n)], axis=0)
         sent = [x.copy() for x in L]
         ref.append(G)
-    check(ProbeConfig(HPSGD(), ((4, 4, 4),), LR, MU), ref)
+    check(config(recipe, HPSGD(), ((4, 4, 4),)), ref, recipe)
 
 
+@both
 @pytest.mark.parametrize("n, every", [(3, 1), (4, 2)])
-def test_gossip_averages_pairs_of_the_seeded_matching(n, every):
+def test_gossip_averages_pairs_of_the_seeded_matching(n, every, recipe):
     data = [stream(4, i, n) for i in range(n)]
     W = [start() for _ in range(n)]
-    v = [np.zeros(3) for _ in range(n)]
+    steps = [REFS[recipe]() for _ in range(n)]
     ref = []
     for t in range(1, STEPS + 1):
         for i in range(n):
-            v[i] = MU * v[i] + grad(W[i], next(data[i]))
-            W[i] = W[i] - LR * v[i]
+            W[i] = steps[i](W[i], grad(W[i], next(data[i])))
         if t % every == 0:
             partner = matching(t // every - 1, n, SEED)
             W = [(W[i] + W[partner[i]]) / 2 if partner[i] >= 0 else W[i] for i in range(n)]
         ref.append(W[0])                         # the coordinator's replica is evaluated
-    check(ProbeConfig(Gossip(every=every), ((4,) * n,), LR, MU), ref)
+    check(config(recipe, Gossip(every=every), ((4,) * n,)), ref, recipe)
 
 
 def test_gossip_between_two_workers_every_step_is_sync():

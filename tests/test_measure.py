@@ -7,6 +7,7 @@ from torch.utils.data import TensorDataset
 
 from omnitune.core.cluster import Device
 from omnitune.core.errors import UserError
+from omnitune.core.recipe import Recipe
 from omnitune.runtime.measure import (GROW_CAP, GROW_GAIN, GROW_S, GROW_STEP_S, Settings, StepTimer, alone_steps,
                                       barriers, batch_sizes, grow_steps, measure_steps)
 
@@ -186,7 +187,7 @@ def tiny_timer(fits, made, in_step=False):
         loss = torch.nn.functional.cross_entropy(out, y)
         made.extend([weakref.ref(y), weakref.ref(loss)])
         return loss
-    wl = SimpleNamespace(build_model=lambda: Tiny(fits, made, in_step), loss_fn=loss_fn)
+    wl = SimpleNamespace(build_model=lambda: Tiny(fits, made, in_step), loss_fn=loss_fn, recipe=Recipe())
     train = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
     timer = StepTimer(wl, train, torch.device("cpu"), GPU)
     step = timer.opt.step

@@ -1,12 +1,16 @@
-"""HeavyBall: torch's SGD update and state layout, without being a torch.optim.Optimizer."""
+"""The recipe's updates: HeavyBall is torch's SGD, AdamW torch's AdamW, with clipping and the
+schedule as torch's own pieces apply them; the state layouts are torch's; neither is a
+torch.optim.Optimizer."""
 
+import math
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from omnitune.runtime.optim import HeavyBall
+from omnitune.core.recipe import Recipe
+from omnitune.runtime.optim import AdamW, HeavyBall, optimizer
 
 
 def _model(seed=0):
@@ -74,8 +78,78 @@ def test_bad_settings_are_refused():
 
 def test_does_not_import_dynamo():
     """The reason it is not a torch.optim.Optimizer: that import costs each process seconds."""
-    code = ("import sys, torch; from omnitune.runtime.optim import HeavyBall; "
-            "HeavyBall(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9).step(); "
+    code = ("import sys, torch; from omnitune.runtime.optim import HeavyBall, AdamW; "
+            "m = torch.nn.Linear(2, 2); m(torch.ones(1, 2)).sum().backward(); "
+            "HeavyBall(m.parameters(), lr=0.1, momentum=0.9).step(); AdamW(m.parameters(), 0.1, 0.9).step(); "
             "print('torch._dynamo' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+RECIPE = Recipe(optimizer="adamw", weight_decay=0.1, beta2=0.95, schedule="cosine", warmup=0.2, floor=0.1,
+                clip_grad_norm=0.5)
+
+
+def _torch_recipe(model, steps: int, horizon: int, seed=1):
+    """What the recipe means, in torch's own pieces: AdamW, clip_grad_norm_ and LambdaLR."""
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.95), weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: RECIPE.lr_factor(it, horizon))
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x, y = torch.randn(8, 5, generator=g), torch.randint(0, 2, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        sched.step()
+    return opt
+
+
+def test_adamw_with_clipping_and_schedule_matches_torch():
+    ours, theirs = _model(), _model()
+    opt = AdamW(ours.parameters(), lr=0.01, momentum=0.8, recipe=RECIPE, horizon=8)
+    _train(ours, opt, steps=10)
+    torch_opt = _torch_recipe(theirs, 10, horizon=8)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b)
+    mine, torch_state = opt.state_dict()["state"], torch_opt.state_dict()["state"]
+    assert set(mine) == set(torch_state)
+    for i in mine:
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(mine[i][k], torch_state[i][k])
+
+
+def test_adamw_resumes_from_its_state_dict_exactly():
+    """A restart: the state and the schedule's position carry over, so 5 + 5 steps are 10."""
+    whole, parted = _model(), _model()
+    _train(whole, AdamW(whole.parameters(), 0.01, 0.8, RECIPE, horizon=8), steps=10)
+    first = AdamW(parted.parameters(), 0.01, 0.8, RECIPE, horizon=8)
+    _train(parted, first, steps=5)
+    again = optimizer(parted.parameters(), 0.01, 0.8, RECIPE, horizon=8, iteration=5)
+    again.load_state_dict(first.state_dict())
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):                                # the same batches as whole's first five
+        torch.randn(8, 5, generator=g), torch.randint(0, 2, (8,), generator=g)
+    for _ in range(5):
+        x, y = torch.randn(8, 5, generator=g), torch.randint(0, 2, (8,), generator=g)
+        again.zero_grad()
+        torch.nn.functional.cross_entropy(parted(x), y).backward()
+        again.step()
+    for a, b in zip(whole.parameters(), parted.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_sgd_weight_decay_is_torchs():
+    ours, theirs = _model(), _model()
+    _train(ours, HeavyBall(ours.parameters(), lr=0.1, momentum=0.9, recipe=Recipe(weight_decay=0.01)))
+    _train(theirs, torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01))
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_schedule_warms_up_then_decays_to_its_floor():
+    r = Recipe(schedule="cosine", warmup=0.1, floor=0.2)
+    assert [round(r.lr_factor(i, 100), 3) for i in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    assert r.lr_factor(10, 100) == 1.0 and math.isclose(r.lr_factor(55, 100), 0.6)
+    assert r.lr_factor(100, 100) == r.lr_factor(500, 100) == pytest.approx(0.2)
+    assert r.lr_factor(7, 0) == Recipe().lr_factor(50, 100) == 1.0      # no horizon, or constant

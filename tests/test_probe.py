@@ -54,7 +54,7 @@ def test_eval_schedule_is_close_early_and_within_its_count():
 def test_a_probe_goes_on_from_where_it_stopped(digits):
     """A longer probe of the same configuration starts from the first one's hand-off: its
     iterations, curve and training time go on, and the hand-off is a checkpoint of the model."""
-    from omnitune.runtime.flat import momentum_vector
+    from omnitune.runtime.flat import flatten_state
 
     wl, train, test = digits
     cfg = ProbeConfig(Sync(), ((32,),), 0.05, 0.9)
@@ -62,7 +62,7 @@ def test_a_probe_goes_on_from_where_it_stopped(digits):
     assert (stop.iterations, stop.curve) == (40, first.curve) and 0 < stop.train_s <= first.seconds
     model = wl.build_model()
     model.load_state_dict(stop.state["model"])
-    assert momentum_vector(stop.state["optimizer"], model).abs().sum() > 0
+    assert flatten_state(stop.state["optimizer"], model)["state"][0]["momentum_buffer"].abs().sum() > 0
     more, went_on = run_probe(wl, train, test, cfg, 1.1, 80, 30, seed=0, eval_every=20, start=stop)
     assert more.iters == went_on.iterations == 80
     assert [it for it, _ in more.curve] == [20, 40, 60, 80] and more.curve[:2] == first.curve

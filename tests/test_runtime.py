@@ -1,6 +1,7 @@
 """Real runs: torch.distributed processes over gloo on this machine."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -196,3 +197,38 @@ def test_the_monitor_flags_a_stall_after_a_fifth_of_the_training_without_a_bette
         stalled.append(m.stalled)
     assert stalled == [False, False, False, False, True, True, True, False]
     assert m.stalled_at_s == 5.0 and m.best_at_s == 8.0
+
+
+ADAMW = str(Path(__file__).parent / "workloads" / "adamw_digits.py")
+
+
+@pytest.mark.parametrize("protocol, groups", [("sync", [["cpu0", "cpu1"]]), ("groups", [["cpu0"], ["cpu1"]]),
+                                              ("hpsgd", [["cpu0", "cpu1"]])])
+def test_an_adamw_recipe_runs_to_a_target_loss(tmp_path, protocol, groups):
+    """AdamW, its schedule and clipping under each kind of protocol, stopping on a test loss; the
+    checkpoint holds AdamW's state, one step per iteration of the scheduled run."""
+    plan = make_plan(tmp_path / "plan.json", protocol, groups, workload=ADAMW, lr=3e-3, momentum=0.5 if protocol ==
+                     "groups" else 0.9, target=None, target_loss=0.3, horizon=400)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=60))
+    assert s.reached_target and s.final_loss <= 0.3 and s.target_loss == 0.3
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["optimizer"]
+    assert set(state["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    # The coordinator's own AdamW's steps; hpsgd's replica steps once past the merge that was judged.
+    assert 0 <= float(state["state"][0]["step"]) - s.iterations <= (protocol == "hpsgd")
+    metrics = read_metrics(tmp_path / "run")
+    assert metrics[-1]["test_loss"] <= 0.3 < metrics[0]["test_loss"]
+
+
+def test_an_adamw_run_resumes_its_state(tmp_path):
+    """A resumed run goes on from the checkpoint's AdamW moments and step count: after 30 + 20
+    iterations the step count is 50 (a fresh AdamW would count 20)."""
+    from tests.conftest import make_spec
+
+    run_dir = tmp_path / "run"
+    spec = make_spec("sync", [["cpu0"]], workload=ADAMW, lr=1e-3, target=None, target_loss=0.01, horizon=100)
+    first = job.run_spec(spec, str(run_dir), max_time_s=60, max_iters=30)
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert first.iterations == 30 and float(saved["optimizer"]["state"][0]["step"]) == 30
+    job.run_spec(spec, str(run_dir), max_time_s=60, resume=True, max_iters=50)
+    again = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert again["iteration"] == 50 and float(again["optimizer"]["state"][0]["step"]) == 50

@@ -16,6 +16,23 @@ def test_unknown_workload_lists_known():
         workload.resolve("nope")
 
 
+def test_bundled_workloads_live_in_the_package():
+    assert workload.resolve("lenet-digits") == workload.WORKLOADS_DIR / "lenet_digits.py"
+    assert workload.WORKLOADS_DIR.parent.name == "omnitune"
+    with pytest.raises(UserError, match="unknown workload '__init__'"):
+        workload.resolve("__init__")
+
+
+def test_own_models_folder_comes_first(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "lenet_digits.py").write_text("")
+    (tmp_path / "models" / "mine.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert workload.resolve("lenet-digits") == (tmp_path / "models" / "lenet_digits.py").resolve()
+    assert workload.resolve("mine") == (tmp_path / "models" / "mine.py").resolve()
+    assert workload.resolve("teacher-mlp") == workload.WORKLOADS_DIR / "teacher_mlp.py"
+
+
 def test_user_file(tmp_path):
     f = tmp_path / "mine.py"
     f.write_text("import torch\nfrom torch.utils.data import TensorDataset\n"
@@ -38,6 +55,26 @@ def test_contract_is_checked(tmp_path):
     f.write_text("raise RuntimeError('boom')\n")
     with pytest.raises(UserError, match="failed to import.*boom"):
         workload.load(str(f))
+
+
+@pytest.mark.parametrize("recipe, says", [
+    ("{'optimizer': 'adam'}", r"RECIPE\['optimizer'\] must be 'sgd' or 'adamw', got 'adam'"),
+    ("{'warmup': 1.5}", r"RECIPE\['warmup'\] must be in \[0, 1\), got 1.5"),
+    ("{'weight_decay': '0.1'}", r"RECIPE\['weight_decay'\] must be a number >= 0"),
+    ("{'lr': 0.1}", r"RECIPE\['lr'\] is not a recipe field"),
+    ("['adamw']", "RECIPE must be a dict"),
+])
+def test_a_bad_recipe_names_the_file_and_the_field(tmp_path, recipe, says):
+    f = tmp_path / "mine.py"
+    f.write_text(f"RECIPE = {recipe}\ndef build_model(): pass\ndef build_datasets(d, s): pass\n")
+    with pytest.raises(UserError, match=f"^{tmp_path / 'mine.py'}: {says}"):
+        workload.load(str(f))
+
+
+def test_a_recipe_is_read():
+    wl = workload.load("charlm-stdlib")
+    assert wl.recipe.optimizer == "adamw" and wl.recipe.schedule == "cosine"
+    assert workload.load("lenet-digits").recipe.optimizer == "sgd"
 
 
 def test_digits_split_and_model(digits):

@@ -30,9 +30,25 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+        print(f"omnitune {version('omnitune')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                           help="print omnitune's version and exit"),
+):
+    pass
+
+
 @app.command()
 def profile(
-    workload: str = typer.Option(..., help="models/NAME.py by NAME, or a path to a workload file"),
+    workload: str = typer.Option(..., help="NAME: ./models/NAME.py, else the bundled workload NAME; or a path "
+                                 "to a workload file"),
     out_path: Path = typer.Option(..., "--out", help="where to write the profile JSON"),
     cluster: Optional[Path] = typer.Option(None, help="cluster spec (YAML or JSON); default: this machine"),
     data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
@@ -78,7 +94,9 @@ def plan(
     cluster: Optional[Path] = typer.Option(None, help="instead of --profile: a cluster of node types and counts "
                                            "(node_types), each with a profile of one node; planned by simulation"),
     workload: str = typer.Option(..., help="the workload to plan for (the profile's, normally)"),
-    target_accuracy: float = typer.Option(..., help="test accuracy to reach, in (0, 1]"),
+    target_accuracy: Optional[float] = typer.Option(None, help="test accuracy to reach, in (0, 1]"),
+    target_loss: Optional[float] = typer.Option(None, help="instead: a test loss to get under (the workload's "
+                                                "loss_fn, e.g. nats per character)"),
     out_path: Path = typer.Option(..., "--out", help="where to write the plan JSON"),
     data_dir: Optional[str] = typer.Option(None),
     protocol: Optional[str] = typer.Option(None, help="pin the protocol: sync, groups, softsync, hpsgd or gossip"),
@@ -104,7 +122,7 @@ def plan(
     try:
         request = PlanRequest(workload, target_accuracy, profile_path, cluster, out_path, data_dir, protocol, groups,
                               batch_size, lr, momentum, seed, probe_iters, budget_s, predict_s, hardware_model,
-                              time_finalists)
+                              time_finalists, target_loss)
         with console.status("planning…") as status:
             result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
                               notice=lambda m: console.print(m, highlight=False))
@@ -216,13 +234,23 @@ def run(
     node_rank: Optional[int] = typer.Option(None, help="which node of the cluster spec this is, for a plan "
                                             "on several nodes: run the command on each"),
     print_commands: bool = typer.Option(False, help="print the command each node runs, and exit"),
+    fmt: str = typer.Option("shell", "--format", help="with --print-commands: shell (a command per node), or "
+                            "slurm (an sbatch script that runs them all)"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune import api
     from omnitune.runtime import job
-    if print_commands:
+    if print_commands or fmt != "shell":
         try:
-            out.print("\n".join(job.node_commands(str(plan_path), _run_options(locals()))), soft_wrap=True)
+            if fmt not in ("shell", "slurm"):
+                raise UserError(f"--format {fmt}: shell or slurm")
+            if not print_commands:
+                raise UserError(f"--format {fmt}: only with --print-commands")
+            if fmt == "slurm":
+                out.print(job.slurm_script(str(plan_path), _run_options(locals()), str(out_dir)), markup=False,
+                          highlight=False, soft_wrap=True)
+            else:
+                out.print("\n".join(job.node_commands(str(plan_path), _run_options(locals()))), soft_wrap=True)
         except UserError as e:
             _fail(e)
         return
@@ -259,7 +287,9 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
                   fmt(summary.measured_sec_per_iter * 1e3, ""))
     out.print(table)
     verdict = "reached" if summary.reached_target else "did not reach"
-    out.print(f"{verdict} {summary.target_accuracy} (final accuracy {summary.final_accuracy:.4f}) in "
+    target = (f"test loss {summary.target_loss:g} (final loss {summary.final_loss:.4f})" if summary.target_loss
+              else f"{summary.target_accuracy} (final accuracy {summary.final_accuracy:.4f})")
+    out.print(f"{verdict} {target} in "
               f"{summary.iterations} iterations with {summary.processes} processes; updates per group "
               f"{list(summary.updates_per_group)}; results in {out_dir}")
     if summary.planning_s is not None:
@@ -286,7 +316,7 @@ def _following(run_dir: Path, plan_path: Path, show):
     and in eta.jsonl (efficiency/eta.py)."""
     from omnitune.core import plan as plan_mod
 
-    target = plan_mod.load(plan_path).spec.target_accuracy
+    target = plan_mod.load(plan_path).spec.target
     stop, since = threading.Event(), time.time()
 
     def follow() -> None:
@@ -304,7 +334,7 @@ def _following(run_dir: Path, plan_path: Path, show):
             thread.join()
 
 
-def _eta_step(run_dir: Path, target: float, since: float, show, last: int | None) -> int | None:
+def _eta_step(run_dir: Path, target, since: float, show, last: int | None) -> int | None:
     """One look at the run: the ETA from this run's readings (written after `since`), shown and
     kept in eta.jsonl when a new reading came; the iteration of the last reading seen."""
     from omnitune.core.files import append_jsonl
@@ -328,16 +358,20 @@ def _eta_step(run_dir: Path, target: float, since: float, show, last: int | None
     return e.iteration
 
 
-def _eta_text(e, target: float) -> str:
-    """The status line: a bar of the training so far against the ETA, the accuracy, the ETA and its band."""
+def _eta_text(e, target) -> str:
+    """The status line: a bar of the training so far against the ETA, the reading, the ETA and its band."""
+    from omnitune.core.target import of
+
+    target = of(target)
+    now = f"{target.metric.split()[-1]} {target.reading(e.accuracy):.3f} of {target.value:g} at {e.train_s:.1f}s"
     width = 20
     done = 1.0 if e.eta_s == 0 else (e.train_s / (e.train_s + e.eta_s) if e.eta_s is not None else 0.0)
     bar = "█" * round(done * width) + "░" * (width - round(done * width))
     if e.eta_s is None:
-        return f"{bar} accuracy {e.accuracy:.3f} of {target} at {e.train_s:.1f}s; no ETA yet ({e.note})"
+        return f"{bar} {now}; no ETA yet ({e.note})"
     band = "" if e.band_s is None else \
         f" ({e.band_s[0]:.0f}–{'∞' if e.band_s[1] is None else f'{e.band_s[1]:.0f}'}s)"
-    return f"{bar} accuracy {e.accuracy:.3f} of {target} at {e.train_s:.1f}s; ETA {e.eta_s:.0f}s{band}"
+    return f"{bar} {now}; ETA {e.eta_s:.0f}s{band}"
 
 
 def _run_options(values: dict) -> list[str]:
@@ -347,7 +381,7 @@ def _run_options(values: dict) -> list[str]:
     args = []
     for name, param in inspect.signature(run).parameters.items():
         value = values[name]
-        if name in ("plan_path", "node_rank", "print_commands") or value == param.default.default:
+        if name in ("plan_path", "node_rank", "print_commands", "fmt") or value == param.default.default:
             continue
         flag = "--" + name.replace("_", "-")
         args += [flag] if value is True else ["--no-" + flag[2:]] if value is False else [flag, str(value)]

@@ -65,13 +65,17 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     t = [m["train_s"] for m in metrics]
     fig, (a1, a2, a3, a4) = plt.subplots(1, 4, figsize=(20, 4.2))
     a1.plot(t, [m["test_accuracy"] for m in metrics], "o-", ms=3, label="measured")
+    on_loss = summary.target_loss is not None          # the target, and the probe's curve, are on the loss
+    target_ax = a2 if on_loss else a1
     if plan is not None and plan.prediction.curve:
         pc = np.array(plan.prediction.curve)
-        a1.plot(pc[:, 0] * plan.prediction.sec_per_iter, pc[:, 1], "--", label="predicted (probe × s/iter)")
-    if summary.target_accuracy is not None:
-        a1.axhline(summary.target_accuracy, color="grey", lw=0.8, label="target")
+        target_ax.plot(pc[:, 0] * plan.prediction.sec_per_iter, 1 - pc[:, 1] if on_loss else pc[:, 1], "--",
+                       label="predicted (probe × s/iter)")
+    if summary.target_accuracy is not None or on_loss:
+        target_ax.axhline(summary.target_loss if on_loss else summary.target_accuracy, color="grey", lw=0.8,
+                          label="target")
     if summary.time_to_target_s is not None:
-        a1.axvline(summary.time_to_target_s, color="green", lw=0.8, label="reached")
+        target_ax.axvline(summary.time_to_target_s, color="green", lw=0.8, label="reached")
     a1.set(xlabel="training time (s)", ylabel="test accuracy", title="accuracy")
     a1.legend(fontsize=8)
     a2.plot(t, [m["test_loss"] for m in metrics], label="test loss")

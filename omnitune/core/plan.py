@@ -105,8 +105,8 @@ class Plan:
                                                # run starts ("": from scratch)
 
     def __post_init__(self):
-        if self.spec.target_accuracy is None:
-            raise ValueError("spec.target_accuracy: a plan needs a target")
+        if self.spec.target is None:
+            raise ValueError("spec.target_accuracy: a plan needs a target (or spec.target_loss)")
         if self.hardware_model not in (ANALYTIC, SIMULATED, MEASURED):
             raise ValueError(f"hardware_model must be {ANALYTIC!r}, {SIMULATED!r} or {MEASURED!r}, got "
                              f"{self.hardware_model!r}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from omnitune.core.cluster import LOOPBACK, Device, endpoint
 from omnitune.core.protocols import Variant
+from omnitune.core.target import Target
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,9 @@ class RunSpec:
     lr: float
     momentum: float                            # explicit; the runtime's own update takes any in (-1, 1)
     seed: int = 0
+    horizon: int = 0                           # iterations the recipe's schedule spans (0: a constant rate)
     target_accuracy: float | None = None       # stop on reaching it; None: train for the time allowed
+    target_loss: float | None = None           # or stop on a test loss at or below it
     rendezvous: str = f"{LOOPBACK}:0"          # c10d rendezvous host:port; port 0 = pick a free one
     server_host: str = LOOPBACK
     server_node: int = 0                       # the cluster spec's node that runs the parameter server
@@ -29,6 +32,10 @@ class RunSpec:
     def __post_init__(self):
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.target_loss is not None and not (self.target_loss > 0 and math.isfinite(self.target_loss)):
+            raise ValueError(f"target_loss must be positive, got {self.target_loss}")
+        if self.target_accuracy is not None and self.target_loss is not None:
+            raise ValueError("a run has one target: target_accuracy or target_loss, not both")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not -1 < self.momentum < 1:
@@ -41,8 +48,16 @@ class RunSpec:
         if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
             raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
         endpoint(self.rendezvous)
+        if self.horizon < 0:
+            raise ValueError(f"horizon must be at least 0, got {self.horizon}")
         if self.server_node < 0:
             raise ValueError(f"server_node must be at least 0, got {self.server_node}")
+
+    @property
+    def target(self) -> Target | None:
+        if self.target_loss is not None:
+            return Target(self.target_loss, on_loss=True)
+        return Target(self.target_accuracy) if self.target_accuracy is not None else None
 
     @property
     def device_ids(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from omnitune.core.target import Target, of
 from omnitune.efficiency import statmodel
 
 MIN_READINGS = 4         # fewer readings fit no curve worth showing
@@ -27,9 +28,11 @@ class Eta:
                 "eta_s": self.eta_s, "band_s": list(self.band_s) if self.band_s else None, "note": self.note}
 
 
-def estimate(lines: list[dict], target: float, test_size: int | None = None) -> Eta | None:
+def estimate(lines: list[dict], target: Target | float, test_size: int | None = None) -> Eta | None:
     """The ETA from the readings of the run's current attempt (its last restart on); None before
-    MIN_READINGS of them. Reached: zero."""
+    MIN_READINGS of them. Reached: zero. `accuracy` is the readings' score (core/target.py)."""
+    target = of(target)
+    score = lambda x: target.score_of(x.get("test_loss") or 0.0, x["test_accuracy"])     # noqa: E731
     if not lines:
         return None
     attempt = lines[-1].get("attempt", 0)
@@ -37,15 +40,16 @@ def estimate(lines: list[dict], target: float, test_size: int | None = None) -> 
     if len(mine) < MIN_READINGS:
         return None
     last = mine[-1]
-    now, it, acc = float(last["train_s"]), int(last["iteration"]), float(last["test_accuracy"])
-    if acc >= target:
+    now, it, acc = float(last["train_s"]), int(last["iteration"]), score(last)
+    if acc >= target.score:
         return Eta(now, it, acc, 0.0, (0.0, 0.0), "reached")
     recent = mine[-RECENT_READINGS:]
     span = recent[-1]["iteration"] - recent[0]["iteration"]
     if span <= 0:
         return Eta(now, it, acc, None, None, "no iterations between the readings")
     per_iter = (recent[-1]["train_s"] - recent[0]["train_s"]) / span
-    fit = statmodel.extrapolate([x["iteration"] for x in mine], [x["test_accuracy"] for x in mine], target, test_size)
+    fit = statmodel.extrapolate([x["iteration"] for x in mine], [score(x) for x in mine], target.score,
+                                None if target.on_loss else test_size)
     if fit.iters is None:
         return Eta(now, it, acc, None, None, fit.note)
     left = lambda iters: max(0.0, (iters - it) * per_iter)            # noqa: E731

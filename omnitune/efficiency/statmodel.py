@@ -194,7 +194,7 @@ def reading_noise(target: float, test_size: int | None) -> float:
     """The sampling spread of one test accuracy reading near the target on `test_size` samples
     (0 when unknown). The run's stopping check reads the same kind of noisy accuracy, so its first
     reading at the target falls early or late by the iterations the curve takes to climb this much."""
-    return math.sqrt(target * (1 - target) / test_size) if test_size else 0.0
+    return math.sqrt(target * (1 - target) / test_size) if test_size and 0 < target < 1 else 0.0
 
 
 def reached_band(iters, accuracy, target: float, reached: float, fit: "Extrapolation",

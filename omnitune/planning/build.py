@@ -10,6 +10,7 @@ from dataclasses import replace
 from omnitune.core.errors import UserError
 from omnitune.core.plan import ANALYTIC, MEASURED, SCHEMA_VERSION, SIMULATED, Candidate, Plan, Prediction
 from omnitune.core.profile import Profile
+from omnitune.core.target import Target, of
 from omnitune.efficiency.perfmodel import PerfModel, Shape
 from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod
@@ -73,7 +74,7 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
 
 
 def build_plan(found: Search, profile: Profile, profile_path: str, workload: str,
-               data_dir: str | None, target: float, seed: int, created_at: str, simulated_cluster: str = "",
+               data_dir: str | None, target: Target | float, seed: int, created_at: str, simulated_cluster: str = "",
                hardware_model: str = ANALYTIC) -> Plan:
     """The winning configuration as a Plan: the first of the search's ranking. When no probe could
     be ranked, the configuration whose probe reached the highest accuracy, with no prediction; a
@@ -85,7 +86,7 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
                    and s.probe.curve[-1][1] > s.probe.curve[0][1]]
         if not learned:
             notes = sorted({s.probe.note for s in scored if s.probe})
-            raise UserError(f"--target-accuracy {target}: no probe reached it or could extrapolate to it "
+            raise UserError(f"{of(target).option} {of(target).value:g}: no probe reached it or could extrapolate to it "
                             f"(probe outcomes: {', '.join(notes) or 'none run'}); try a lower target, "
                             "a larger --probe-iters or other --lr values")
         best = max(learned, key=lambda s: (s.probe.curve[-1][1], -s.sec_per_iter))
@@ -98,6 +99,8 @@ def build_plan(found: Search, profile: Profile, profile_path: str, workload: str
                                                                         c.layout)):
         hardware_model = SIMULATED        # no calibration job timed this shape: `profiled` simulated it
     spec = spec_of(c, profile, workload, data_dir, target, seed)
+    if best.iters is not None and math.isfinite(best.iters):
+        spec = replace(spec, horizon=max(1, round(best.iters)))     # the recipe's schedule spans the prediction
     return Plan(
         schema_version=SCHEMA_VERSION, spec=spec, layout=c.layout,
         implicit_momentum=c.variant.implicit_momentum(),

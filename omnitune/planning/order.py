@@ -17,7 +17,7 @@ import math
 
 from omnitune.core import protocols
 from omnitune.planning import budget as budget_mod
-from omnitune.planning.space import LR_DECADES, Scored, Setup, faster_twin
+from omnitune.planning.space import Scored, Setup, faster_twin
 from omnitune.planning.trials import Trials
 
 LR_REFINE = (1 / 3, 3.0)                  # after the cold start, about half a decade either side of the best
@@ -87,7 +87,7 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
         trials.end_scouting(ref)
         return None
     tried: list[float] = []
-    for lr in LR_DECADES:
+    for lr in trials.space.decades:
         tried.append(lr)
         trials.probe(ref, trials.rates(ref, [lr])[0], mu)
         scout = [k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None]

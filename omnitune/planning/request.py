@@ -3,19 +3,21 @@ options a user may pin, and how much to spend. A bad value is a UserError naming
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from omnitune.core import protocols
 from omnitune.core.errors import UserError
 from omnitune.core.plan import ANALYTIC, SIMULATED
+from omnitune.core.target import Target
 from omnitune.planning.space import DEFAULT_BATCHES, Space
 
 
 @dataclass(frozen=True)
 class PlanRequest:
-    workload: str                             # models/NAME.py by NAME, or a path to a workload file
-    target_accuracy: float                    # test accuracy to reach, in (0, 1]
+    workload: str                             # NAME (./models/NAME.py, else bundled) or a workload file
+    target_accuracy: float | None = None      # test accuracy to reach, in (0, 1]
     profile: Path | None = None               # a profile written by `omnitune profile`
     cluster: Path | None = None               # or node types and counts, planned by simulation
     out: Path | None = None                   # where to write the plan (and its study and start checkpoint)
@@ -31,10 +33,15 @@ class PlanRequest:
     predict_s: float = 0.0                    # then probe the chosen configuration this much longer
     hardware_model: str = ANALYTIC            # or SIMULATED; a cluster is always simulated
     time_finalists: bool = True               # time an unmeasured leader with a real job
+    target_loss: float | None = None          # or a test loss to get under (one of the two)
 
     def __post_init__(self) -> None:
-        if not 0 < self.target_accuracy <= 1:
+        if (self.target_accuracy is None) == (self.target_loss is None):
+            raise UserError("give one target: --target-accuracy or --target-loss")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UserError(f"--target-accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.target_loss is not None and not (self.target_loss > 0 and math.isfinite(self.target_loss)):
+            raise UserError(f"--target-loss must be positive, got {self.target_loss}")
         if self.protocol is not None and self.protocol not in protocols.NAMES:
             raise UserError(f"--protocol must be one of {', '.join(protocols.NAMES)}, got {self.protocol!r}")
         for name, value in (("--groups", self.groups), ("--batch-size", self.batch_size),
@@ -53,6 +60,12 @@ class PlanRequest:
         if (self.profile is None) == (self.cluster is None):
             raise UserError("give one of --profile (a measured cluster) or --cluster (node types to simulate)")
 
+    @property
+    def target(self) -> Target:
+        if self.target_loss is not None:
+            return Target(self.target_loss, on_loss=True)
+        return Target(self.target_accuracy)
+
     def space(self) -> Space:
         """The search space, with the pinned options pinned."""
         return Space(protocols=(self.protocol,) if self.protocol else protocols.NAMES,
@@ -63,5 +76,5 @@ class PlanRequest:
     def study_name(self, measured_at: str, devices: int) -> str:
         """Everything a stored probe's outcome depends on (its length follows the budget); anything
         else starts a new study."""
-        return (f"{self.workload}|{measured_at}|devices={devices}|target={self.target_accuracy}|seed={self.seed}"
+        return (f"{self.workload}|{measured_at}|devices={devices}|target={self.target}|seed={self.seed}"
                 f"|iters={self.probe_iters}|budget={self.budget_s}|hardware={self.hardware_model}|probes=3")

@@ -12,6 +12,7 @@ from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult
 
 DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 LR_DECADES = (0.1, 0.01, 0.001, 0.0001)   # Omnivore's cold start
+ADAMW_DECADES = (0.01, 0.001, 0.0001)     # AdamW's usual range: its steps are scaled by the gradients' size
 MU_STAR = 0.9                             # the synchronous optimum Omnivore starts from
 OMNIVORE_MOMENTA = (0.0, 0.3, 0.6, 0.9)   # the momentum grid Omnivore searches for g > 1
 
@@ -25,6 +26,7 @@ class Space:
     lrs: tuple[float, ...] | None = None           # None: search decades, then refine
     momentum: float | None = None                  # None: the rule mu* - implicit, and OMNIVORE_MOMENTA
     layouts: tuple[str, ...] | None = None
+    decades: tuple[float, ...] = LR_DECADES        # the cold start's rates, largest first (the recipe's)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A probe must see the statistics `omnitune run` produces, so each emulator does what the
 runtime's loop does, one iteration (the runtime's unit) per `step()`:
-    sync      one gradient on every device's batch together, one heavy-ball step (the devices'
+    sync      one gradient on every device's batch together, one step of the recipe (the devices'
               batches concatenated: exact without BatchNorm; with it, batch statistics span
               every device's samples, as SyncBatchNorm's would);
     groups,   the runtime's own parameter server (runtime.server.ParameterServer): each group's
@@ -36,9 +36,9 @@ from omnitune.core import protocols
 from omnitune.core.protocols import matching
 from omnitune.efficiency.statmodel import ProbeConfig
 from omnitune.runtime.checkpoint import Start, make_optimizer
-from omnitune.runtime.flat import (get_buffers, get_grads, get_state, momentum_vector, num_buffers, num_params,
-                                  optimizer_state, set_state)
-from omnitune.runtime.optim import HeavyBall
+from omnitune.runtime.flat import (flatten_state, get_buffers, get_grads, get_state, num_buffers, num_params,
+                                  set_state, unflatten_state)
+from omnitune.runtime.optim import Update, optimizer
 from omnitune.runtime.server import ParameterServer
 from omnitune.runtime.workload import Workload, batches
 
@@ -47,30 +47,32 @@ class Emulator:
     """One protocol's training on virtual workers; `step()` makes one iteration.
 
     Weights start from `seed` (as every runtime process builds its model after
-    torch.manual_seed(seed)) or from a checkpoint's model state and momentum buffer. From a
+    torch.manual_seed(seed)) or from a checkpoint's model and optimizer state. From a
     checkpoint of `start_iteration`, the data streams start where a resumed run's do (seed +
-    iteration), and the iteration count goes on from there.
+    iteration), and the iteration count goes on from there. Every update is the workload's
+    recipe (runtime/optim.py), its schedule spanning `horizon` iterations (0: a constant rate).
     """
 
     def __init__(self, wl: Workload, train, cfg: ProbeConfig, seed: int, init_state: dict | None = None,
-                 init_velocity: torch.Tensor | None = None, start_iteration: int = 0):
+                 init_optimizer: dict | None = None, start_iteration: int = 0, horizon: int = 0):
         torch.manual_seed(seed)
-        self.wl, self.train, self.cfg, self.run_seed = wl, train, cfg, seed
+        self.wl, self.train, self.cfg, self.run_seed, self.horizon = wl, train, cfg, seed, horizon
         self.seed = seed + start_iteration        # the data streams' seed, as the runtime's on resume
         self.model = wl.build_model()              # what the coordinator evaluates
         if init_state is not None:
             self.model.load_state_dict(init_state)
         self.net = wl.build_model()                # computes every worker's gradients
         self.P, self.B = num_params(self.model), num_buffers(self.model)
-        self.init_velocity = init_velocity
+        self.init_optimizer = init_optimizer
         self.it = start_iteration
         self.staleness: Counter = Counter()        # as the runtime's summary counts it
 
     def start_state(self) -> torch.Tensor:
         return get_state(self.model, torch.empty(self.P + self.B))
 
-    def velocity(self) -> torch.Tensor:
-        return self.init_velocity.clone() if self.init_velocity is not None else torch.zeros(self.P)
+    def update(self, params) -> Update:
+        """The recipe's update at this probe's rate and momentum, at its iteration."""
+        return optimizer(params, self.cfg.lr, self.cfg.momentum, self.wl.recipe, self.horizon, self.it)
 
     def gradient(self, state: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Loss and gradient at `state` on one minibatch; BatchNorm's statistics in `state` move
@@ -82,11 +84,6 @@ class Emulator:
         state[self.P:] = get_buffers(self.net, torch.empty(self.B))
         return float(loss.detach()), get_grads(self.net, torch.empty(self.P))
 
-    def heavy_ball(self, state: torch.Tensor, v: torch.Tensor, grad: torch.Tensor) -> None:
-        """The runtime's update (runtime/optim.py): v <- mu v + g; w <- w - lr v."""
-        v.mul_(self.cfg.momentum).add_(grad)
-        state[:self.P].sub_(self.cfg.lr * v)
-
     def step(self) -> float:
         raise NotImplementedError
 
@@ -94,16 +91,16 @@ class Emulator:
         """The model the runtime's coordinator evaluates."""
         raise NotImplementedError
 
-    def momentum(self) -> torch.Tensor:
-        """The momentum buffer that goes with current_model (parameter order)."""
+    def optimizer_state(self) -> dict:
+        """The optimizer's state_dict that goes with current_model."""
         raise NotImplementedError
 
     def checkpoint_state(self) -> dict:
-        """The current model and its momentum as a checkpoint's "model" and "optimizer" entries,
-        which a run (or a longer probe) goes on from."""
+        """The current model and its optimizer's state as a checkpoint's "model" and "optimizer"
+        entries, which a run (or a longer probe) goes on from."""
         model = self.current_model()
         return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "optimizer": optimizer_state(self.momentum(), model, self.cfg.lr, self.cfg.momentum)}
+                "optimizer": self.optimizer_state()}
 
     @property
     def mean_staleness(self) -> float:
@@ -131,16 +128,17 @@ class Shards:
 
 class SyncEmulator(Emulator):
     """One replica stepping on the gradient of every device's batch at once: the runtime's loop
-    for a replica alone (its model's own parameters and HeavyBall), with the devices' batches
+    for a replica alone (its model's own parameters and update), with the devices' batches
     concatenated. No flat copies of the state, which would only add time to each step: the same
     arithmetic as the runtime's."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.net.load_state_dict(self.model.state_dict())
-        self.opt = HeavyBall(self.net.parameters(), self.cfg.lr, self.cfg.momentum)
-        if self.init_velocity is not None:
-            seed_momentum(self.opt, self.net, self.init_velocity)
+        self.opt = self.update(self.net.parameters())
+        if self.init_optimizer is not None:
+            self.opt.load_state_dict(self.init_optimizer)
+            self.opt.set_hyper(self.cfg.lr, self.cfg.momentum)
         self.data = Shards(self.train, self.cfg.batches, self.seed)
 
     def step(self) -> float:
@@ -156,8 +154,8 @@ class SyncEmulator(Emulator):
     def current_model(self) -> torch.nn.Module:
         return self.net
 
-    def momentum(self) -> torch.Tensor:
-        return momentum_vector(self.opt.state_dict(), self.net)
+    def optimizer_state(self) -> dict:
+        return self.opt.state_dict()
 
 
 def equal_speed_schedule(workers: int, per_update: int, seconds: list[float] | None = None) -> Iterator[tuple[int, int]]:
@@ -194,9 +192,9 @@ class ServerEmulator(Emulator):
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         cfg = self.cfg
-        self.ps = ParameterServer(self.model, make_optimizer(self.model, cfg.lr, cfg.momentum, Start()), cfg.variant)
-        if self.init_velocity is not None:
-            seed_momentum(self.ps.opt, self.model, self.init_velocity)
+        start = Start(iteration=self.it, optimizer=self.init_optimizer)
+        self.ps = ParameterServer(self.model, make_optimizer(self.model, cfg.lr, cfg.momentum, start, self.wl.recipe,
+                                                             self.horizon), cfg.variant)
         g = len(cfg.batches)
         self.data = Shards(self.train, cfg.batches, self.seed)
         self.schedule = (sampled_schedule(g, cfg.staleness, np.random.default_rng(self.seed)) if cfg.staleness
@@ -228,20 +226,13 @@ class ServerEmulator(Emulator):
     def current_model(self) -> torch.nn.Module:
         return self.model
 
-    def momentum(self) -> torch.Tensor:
-        return momentum_vector(self.ps.opt.state_dict(), self.model)
-
-
-def seed_momentum(opt: HeavyBall, model: torch.nn.Module, velocity: torch.Tensor) -> None:
-    """Give `opt` the momentum buffer of a checkpoint (flat, in parameter order)."""
-    offset = 0
-    for p in model.parameters():
-        opt.state[p]["momentum_buffer"] = velocity[offset:offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
+    def optimizer_state(self) -> dict:
+        return self.ps.opt.state_dict()
 
 
 class ReplicaEmulator(Emulator):
-    """n replicas, one per device, each stepping on its own shard with its own momentum."""
+    """n replicas, one per device, each stepping on its own shard with its own optimizer state
+    (of its parameters as one flat vector: the same arithmetic, element by element)."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -250,22 +241,32 @@ class ReplicaEmulator(Emulator):
         self.weights = protocols.sample_weights(sizes)      # averages weighted by samples, as the runtime's
         start = self.start_state()
         self.states = [start.clone() for _ in range(self.n)]
-        self.v = [self.velocity() for _ in range(self.n)]
+        self.opts = [self.update([s[:self.P]]) for s in self.states]
+        if self.init_optimizer is not None:
+            flat = flatten_state(self.init_optimizer, self.model)
+            for opt in self.opts:
+                opt.load_state_dict(flat)
+                opt.set_hyper(self.cfg.lr, self.cfg.momentum)
         self.data = Shards(self.train, self.cfg.batches, self.seed)
 
     def local_steps(self) -> float:
         losses = []
-        for i, (state, v) in enumerate(zip(self.states, self.v)):
+        for i, (state, opt) in enumerate(zip(self.states, self.opts)):
             x, y = self.data.device(i)
             loss, grad = self.gradient(state, x, y)
-            self.heavy_ball(state, v, grad)
+            opt.step_on([0], [state[:self.P]], [grad])
             losses.append(loss)
         self.it += 1
         return float(np.mean(losses))
 
-    def momentum(self) -> torch.Tensor:
-        """The replicas' momenta, averaged as their states are (by samples)."""
-        return sum(w * v for w, v in zip(self.weights, self.v))
+    def optimizer_state(self) -> dict:
+        """The replicas' optimizer states, averaged as their states are (by samples)."""
+        flat = self.opts[0].state_dict()
+        slots = flat["state"].get(0, {})
+        for k in slots:
+            if k != "step":
+                slots[k] = sum(w * opt.state[0][k] for w, opt in zip(self.weights, self.opts))
+        return unflatten_state(flat, self.model)
 
 
 class HPSGDEmulator(ReplicaEmulator):
@@ -331,7 +332,7 @@ EMULATORS: dict[type[protocols.Variant], type[Emulator]] = {
 
 
 def emulator(wl: Workload, train, cfg: ProbeConfig, seed: int, init_state: dict | None = None,
-             init_velocity: torch.Tensor | None = None, start_iteration: int = 0) -> Emulator:
+             init_optimizer: dict | None = None, start_iteration: int = 0, horizon: int = 0) -> Emulator:
     """The emulator of `cfg`'s protocol."""
-    return EMULATORS[type(cfg.variant)](wl, train, cfg, seed, init_state=init_state, init_velocity=init_velocity,
-                                        start_iteration=start_iteration)
+    return EMULATORS[type(cfg.variant)](wl, train, cfg, seed, init_state=init_state, init_optimizer=init_optimizer,
+                                        start_iteration=start_iteration, horizon=horizon)

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from omnitune.core.target import Target, of
 from omnitune.core import env
 from omnitune.core.plan import Plan
 from omnitune.core.runspec import RunSpec
@@ -29,7 +30,6 @@ from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import checkpoint
-from omnitune.runtime.flat import momentum_vector
 from omnitune.runtime.workload import Workload, evaluate, first
 
 
@@ -43,11 +43,12 @@ class Handoff:
     curve: tuple[tuple[int, float], ...] = ()    # its test accuracy so far, for a probe that goes on
 
 
-def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_iters: int,
+def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: Target | float, max_iters: int,
               max_seconds: float, seed: int, eval_every: int = 10,
               on_eval: Callable[[int, float], bool] = lambda it, acc: False,
               schedule: list[int] | None = None, start: Handoff | None = None) -> tuple[ProbeResult, Handoff]:
-    """Train until the test metric reaches `target`, or `max_iters` / `max_seconds` run out;
+    """Train until the test metric reaches `target` (a plain number: an accuracy), or `max_iters` /
+    `max_seconds` run out. The curve holds the readings' scores (core/target.py);
     from `start` when given (its iterations count toward `max_iters`, its curve leads this one's).
     Returns the result and where it stopped.
 
@@ -56,6 +57,7 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
     returning True stops the probe (pruned).
     """
     began = time.perf_counter()
+    target = of(target)
     period = cfg.variant.eval_period
     if schedule is None:
         every = math.lcm(eval_every, period)
@@ -64,8 +66,7 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
     if start is None:
         emu = emulator(wl, train, cfg, seed)
     else:
-        emu = emulator(wl, train, cfg, seed, start.state["model"],
-                       momentum_vector(start.state["optimizer"], wl.build_model()), start.iterations)
+        emu = emulator(wl, train, cfg, seed, start.state["model"], start.state["optimizer"], start.iterations)
     curve: list[tuple[int, float]] = list(start.curve) if start else []
     losses: list[float] = []
     status, k, eval_s = ProbeStatus.TRAINED, 0, 0.0
@@ -81,15 +82,16 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: float, max_it
             while k < len(points) and points[k] <= emu.it:
                 k += 1
             evaluated = time.perf_counter()
-            curve.append((emu.it, evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1]))
+            curve.append((emu.it, target.score_of(*evaluate(wl, emu.current_model(), test, torch.device("cpu")))))
             eval_s += time.perf_counter() - evaluated
-            if curve[-1][1] >= target or last:
+            if curve[-1][1] >= target.score or last:
                 break
             if on_eval(*curve[-1]):
                 status = ProbeStatus.PRUNED
                 break
     seconds = time.perf_counter() - began
-    r = summarise(cfg, curve, target, status, emu.mean_staleness, seconds, len(test))
+    r = summarise(cfg, curve, target.score, status, emu.mean_staleness, seconds,
+                  None if target.on_loss else len(test))      # a loss reading's noise is not binomial
     r = replace(r, train_loss=tail_loss(losses) if status != ProbeStatus.DIVERGED else None, iters=emu.it,
                 start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
     trained = (start.train_s if start else 0.0) + seconds - eval_s
@@ -139,7 +141,7 @@ def eval_schedule(max_iters: int, evals: int) -> list[int]:
         step *= 2
 
 
-def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
+def make_prober(wl: Workload, data_dir: str | None, target: Target | float, seed: int):
     """A prober for the search (planning.probes: a Prober that HandsOn and is TestSized):
     (config, max_iters, max_seconds, on_eval, evals, start) -> ProbeResult on this workload;
     `handoffs` keeps where each configuration's latest probe stopped. It evaluates on the test
@@ -147,7 +149,8 @@ def make_prober(wl: Workload, data_dir: str | None, target: float, seed: int):
     the search picks `evals` so evaluating stays cheap)."""
     env.keep_freed_memory()            # probes step as fast as the runtime's processes
     train, test = wl.build_datasets(data_dir, seed)
-    test = first(test, probe_test_size(target, len(test)))
+    target = of(target)
+    test = first(test, probe_test_size(target.score, len(test)))
 
     def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False,
                evals: int = EVALS, start: Handoff | None = None) -> ProbeResult:
@@ -167,7 +170,7 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
     want = probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
     handoffs = prober.handoffs if isinstance(prober, HandsOn) else {}
     start = next((h for c, h in handoffs.items() if replace(c, staleness=()) == want), None)
-    if start is None or plan.planning is None or any(acc >= plan.spec.target_accuracy for _, acc in start.curve):
+    if start is None or plan.planning is None or any(score >= plan.spec.target.score for _, score in start.curve):
         # A probe that reached the target hands nothing on: past its crossing the run would have to
         # cross again (a curve may swing on past the target, as far as chance), where from scratch it
         # replays it.
@@ -199,12 +202,10 @@ def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
     train, test = wl.build_datasets(spec.data_dir, spec.seed)
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    model = wl.build_model()
-    model.load_state_dict(state["model"])
-    velocity = momentum_vector(state["optimizer"], model)
 
     def score(setting: retune_mod.Setting, batches: int) -> float:
-        emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], velocity)
+        emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], state["optimizer"],
+                       horizon=spec.horizon)
         for _ in range(iters):
             if not math.isfinite(emu.step()):
                 return math.inf

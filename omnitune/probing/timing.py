@@ -47,7 +47,7 @@ def time_spec(spec: RunSpec, seconds: float = TIMING_S) -> float | None:
     """Seconds per iteration of a real job of `spec`, from scratch, for `seconds` of training
     with no evaluation in between; None when the job fails (its logs are then in the message of
     the UserError it raised, which the planner reports)."""
-    spec = replace(spec, target_accuracy=None)
+    spec = replace(spec, target_accuracy=None, target_loss=None)
     with tempfile.TemporaryDirectory(prefix="omnitune-timing-") as tmp:
         try:
             summary = job.run_spec(spec, tmp, max_time_s=seconds, eval_every_s=1e9, timeout_s=TIMING_TIMEOUT_S,

@@ -1,6 +1,6 @@
 """Checkpoints: written atomically by the coordinator, loaded with weights_only=True.
 
-A checkpoint holds the model, the optimizer's state (the momentum buffers), the iteration and
+A checkpoint holds the model, the optimizer's state (momentum buffers, or AdamW's moments), the iteration and
 the training time so far, so a later job (a resume, or the next segment after a re-plan) goes
 on where this one stopped, with the clock and counters continuing.
 """
@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from omnitune.core.errors import UserError
 from omnitune.core.files import atomic_write_bytes
-from omnitune.runtime.optim import HeavyBall
+from omnitune.core.recipe import Recipe
+from omnitune.runtime.optim import Update, optimizer
 
 
 FILE = "checkpoint.pt"     # in the run dir, on the coordinator's host
@@ -31,7 +32,7 @@ class Start:
     optimizer: dict | None = None
 
 
-def save(path: Path, model: torch.nn.Module, opt: HeavyBall, iteration: int, train_s: float) -> None:
+def save(path: Path, model: torch.nn.Module, opt: Update, iteration: int, train_s: float) -> None:
     save_state(path, {"model": model.state_dict(), "optimizer": opt.state_dict()}, iteration, train_s)
 
 
@@ -74,11 +75,12 @@ def load(data: bytes | None, model: torch.nn.Module, name: str) -> Start:
     return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"])
 
 
-def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start) -> HeavyBall:
-    """SGD with the run's learning rate and momentum, keeping a checkpoint's momentum buffers."""
-    opt = HeavyBall(model.parameters(), lr=lr, momentum=momentum)
+def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start, recipe: Recipe = Recipe(),
+                   horizon: int = 0) -> Update:
+    """The recipe's update with the run's learning rate and momentum, keeping a checkpoint's
+    optimizer state, and its schedule at the checkpoint's iteration."""
+    opt = optimizer(model.parameters(), lr, momentum, recipe, horizon, start.iteration)
     if start.optimizer is not None:
         opt.load_state_dict(start.optimizer)
-        for group in opt.param_groups:          # a re-plan may have changed them
-            group["lr"], group["momentum"] = lr, momentum
+        opt.set_hyper(lr, momentum)             # a re-plan may have changed them
     return opt

@@ -19,10 +19,11 @@ from omnitune.core import env
 from omnitune.core.cluster import Device
 from omnitune.core.files import append_jsonl, atomic_write_bytes, to_dict
 from omnitune.core.runspec import RunSpec
+from omnitune.core.target import Target
 from omnitune.runtime import checkpoint
 from omnitune.runtime.checkpoint import Start
 from omnitune.runtime.monitor import Monitor
-from omnitune.runtime.optim import HeavyBall
+from omnitune.runtime.optim import Update
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
 from omnitune.runtime.topology import Role
 from omnitune.runtime.workload import Workload
@@ -98,11 +99,20 @@ class Context:
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(1e9)
 
+    def make_optimizer(self) -> Update:
+        """The workload's recipe at the run's rate and momentum, from the checkpoint's state."""
+        spec = self.spec
+        return checkpoint.make_optimizer(self.model, spec.lr, spec.momentum, self.start, self.workload.recipe,
+                                         spec.horizon)
+
     def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss."""
+        """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss.
+        With a bf16 recipe, a GPU computes the forward pass under bf16 autocast."""
         started = time.perf_counter()
         self.model.zero_grad(set_to_none=False)
-        loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
+        bf16 = self.workload.recipe.precision == "bf16" and self.device.type == "cuda"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
         loss.backward()
         value = float(loss.detach())
         emulate_slowdown(self.role.device, started)
@@ -110,11 +120,11 @@ class Context:
         self.tick()
         return value
 
-    def new_monitor(self, opt: HeavyBall, model: torch.nn.Module | None = None) -> Monitor:
+    def new_monitor(self, opt: Update, model: torch.nn.Module | None = None) -> Monitor:
         """The coordinator's monitor; it checkpoints `model` (default: this process's) with `opt`
         every `checkpoint_every_s`."""
-        job, target = self.job, self.spec.target_accuracy
-        monitor = Monitor(self.workload, self.test, float("inf") if target is None else target,
+        job = self.job
+        monitor = Monitor(self.workload, self.test, self.spec.target or Target(float("inf")),
                           min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
                           eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
@@ -148,6 +158,8 @@ class Context:
             iterations=iterations,
             final_accuracy=monitor.final_accuracy,
             target_accuracy=self.spec.target_accuracy,
+            target_loss=self.spec.target_loss,
+            final_loss=monitor.final_loss,
             predicted_time_to_target_s=job.predicted_time_to_target_s,
             predicted_sec_per_iter=job.predicted_sec_per_iter,
             planning_s=job.planning_s,

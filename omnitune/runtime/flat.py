@@ -89,26 +89,35 @@ def set_grads(model: torch.nn.Module, flat: torch.Tensor) -> None:
         offset += n
 
 
-def momentum_vector(optimizer_state: dict, model: torch.nn.Module) -> torch.Tensor:
-    """The momentum buffers of a saved optimizer (its state_dict) as one vector in parameter
-    order; zeros where a parameter has none yet."""
+def flatten_state(optimizer_state: dict, model: torch.nn.Module) -> dict:
+    """A saved optimizer's state (its state_dict, per parameter) as the state of one parameter,
+    the model's parameters in one vector: each buffer concatenated in parameter order (zeros
+    where a parameter has none yet), AdamW's step count kept as it is."""
     params = _params(model)
-    state = optimizer_state.get("state", {})
-    out = torch.zeros(num_params(model))
+    per_param = optimizer_state.get("state", {})
+    slots = {k for s in per_param.values() for k, v in s.items() if k != "step"}
+    flat: dict[str, torch.Tensor] = {k: torch.zeros(num_params(model)) for k in slots}
     offset = 0
     for i, p in enumerate(params):
-        buf = state.get(i, {}).get("momentum_buffer")
-        if buf is not None:
-            out[offset:offset + p.numel()] = buf.reshape(-1).to(out.dtype)
+        for k, v in per_param.get(i, {}).items():
+            if k == "step":
+                flat.setdefault("step", v.clone())
+            else:
+                flat[k][offset:offset + p.numel()] = v.reshape(-1).to(torch.float32)
         offset += p.numel()
-    return out
+    return {"state": {0: flat} if flat else {},
+            "param_groups": [{**g, "params": [0]} for g in optimizer_state.get("param_groups", [{}])]}
 
 
-def optimizer_state(velocity: torch.Tensor, model: torch.nn.Module, lr: float, momentum: float) -> dict:
-    """A momentum vector (parameter order) as HeavyBall's state_dict, which a checkpoint holds:
-    momentum_vector's inverse."""
+def unflatten_state(flat_state: dict, model: torch.nn.Module) -> dict:
+    """flatten_state's inverse: the state of one flat vector as the model's optimizer state_dict,
+    which a checkpoint holds."""
     params, state, offset = _params(model), {}, 0
+    flat = flat_state.get("state", {}).get(0, {})
     for i, p in enumerate(params):
-        state[i] = {"momentum_buffer": velocity[offset:offset + p.numel()].view_as(p).clone()}
+        if flat:
+            state[i] = {k: v.clone() if k == "step" else v[offset:offset + p.numel()].view_as(p).clone()
+                        for k, v in flat.items()}
         offset += p.numel()
-    return {"state": state, "param_groups": [{"lr": lr, "momentum": momentum, "params": list(range(len(params)))}]}
+    return {"state": state,
+            "param_groups": [{**g, "params": list(range(len(params)))} for g in flat_state["param_groups"]]}

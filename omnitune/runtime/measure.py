@@ -22,7 +22,7 @@ from omnitune.core.errors import UserError
 from omnitune.core.profile import StepTiming
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.context import emulate_slowdown
-from omnitune.runtime.optim import HeavyBall
+from omnitune.runtime.optim import optimizer
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ class StepTimer:
             self.model = wl.build_model().to(device)
         except torch.OutOfMemoryError:
             raise UserError(f"profile: the model does not fit on {self.name}") from None
-        self.opt = HeavyBall(self.model.parameters(), lr=1e-3, momentum=0.9)
+        self.opt = optimizer(self.model.parameters(), 1e-3, 0.9, wl.recipe)      # the run's update, as it costs
+        self.bf16 = wl.recipe.precision == "bf16" and device.type == "cuda"      # as Context.compute_grads
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def time(self, batch: int, s: Settings, first: bool = True) -> list[float] | None:
@@ -118,7 +119,9 @@ class StepTimer:
             started = time.perf_counter()
             x, y = next(stream)
             self.opt.zero_grad()
-            self.wl.loss_fn(self.model(x.to(self.device)), y.to(self.device)).backward()
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                loss = self.wl.loss_fn(self.model(x.to(self.device)), y.to(self.device))
+            loss.backward()
             self.opt.step()
             emulate_slowdown(self.emulated, started)
         try:

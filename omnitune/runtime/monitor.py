@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from omnitune.core.target import Target, of
 from omnitune.core.files import append_jsonl
 from omnitune.runtime.flat import get_params, num_params
 from omnitune.runtime.workload import Workload, evaluate
@@ -34,7 +35,7 @@ class Monitor:
 
     workload: Workload
     test: torch.utils.data.Dataset
-    target: float
+    target: Target                            # its score is compared with each reading's (core/target.py)
     max_time_s: float
     eval_every_s: float
     metrics_path: Path
@@ -43,6 +44,7 @@ class Monitor:
     time_to_target_s: float | None = None
     wall_to_target_s: float | None = None
     final_accuracy: float = 0.0
+    final_loss: float | None = None
     evaluations: int = 0
     evaluated_at: int = -1                    # the iteration of the last evaluation
     eval_s: float = 0.0              # wall time spent evaluating
@@ -58,11 +60,14 @@ class Monitor:
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
     stop: tuple[int, float] | None = None     # and at the check that ended the run
-    best_accuracy: float = float("-inf")
-    best_at_s: float = 0.0                    # training time of the best accuracy so far
+    best_score: float = float("-inf")
+    best_at_s: float = 0.0                    # training time of the best score so far
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
+
+    def __post_init__(self):
+        self.target = of(self.target)            # a plain number: an accuracy
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -102,10 +107,10 @@ class Monitor:
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
 
-    def note_accuracy(self, accuracy: float, train_s: float) -> None:
-        """Track the best accuracy and whether the run has stalled (STALL_SHARE)."""
-        if accuracy > self.best_accuracy:
-            self.best_accuracy, self.best_at_s = accuracy, train_s
+    def note_score(self, score: float, train_s: float) -> None:
+        """Track the best score and whether the run has stalled (STALL_SHARE)."""
+        if score > self.best_score:
+            self.best_score, self.best_at_s = score, train_s
         self.stalled = self.evaluations >= STALL_EVALS and train_s - self.best_at_s >= STALL_SHARE * train_s
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
@@ -128,12 +133,13 @@ class Monitor:
         test_loss, accuracy = evaluate(self.workload, model, self.test, device)
         train_loss = sum(self.losses) / len(self.losses) if self.losses else None
         self.losses.clear()
-        self.final_accuracy = accuracy
+        self.final_accuracy, self.final_loss = accuracy, test_loss
+        score = self.target.score_of(test_loss, accuracy)
         self.evaluations += 1
         self.evaluated_at = iteration
-        if accuracy >= self.target and self.time_to_target_s is None:
+        if score >= self.target.score and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
-        self.note_accuracy(accuracy, wall - self.eval_s)
+        self.note_score(score, wall - self.eval_s)
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": train_loss,
                 "test_loss": test_loss, "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),

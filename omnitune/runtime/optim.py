@@ -1,62 +1,87 @@
-"""The update every process of a run applies: SGD with heavy-ball momentum, for any momentum the
-planner emits.
+"""The update every process of a run applies, and every probe emulates: the workload's recipe
+(core/recipe.py) around one of two rules.
 
-    v <- mu * v + g;   w <- w - lr * v          (v starts at the first gradient, as torch's SGD)
+    HeavyBall   SGD with heavy-ball momentum, for any momentum the planner emits:
+                    g <- g + wd * w;   v <- mu * v + g;   w <- w - lr * v
+                (v starts at the first gradient, as torch's SGD). torch.optim.SGD refuses a
+                negative momentum, yet asynchrony can call for one: with g groups the implicit
+                momentum is about 1 - 1/g, so keeping the total at 0.9 asks for 0.9 - (1 - 1/g)
+                < 0 at g >= 11 (Mitliagkas et al. 2016).
+    AdamW       torch's own AdamW arithmetic (torch.optim.adamw.adamw), with the run's momentum
+                as beta1.
 
-torch.optim.SGD refuses a negative momentum, yet asynchrony can call for one: with g groups the
-implicit momentum is about 1 - 1/g, so keeping the total at 0.9 asks for 0.9 - (1 - 1/g) < 0 at
-g >= 11 (Mitliagkas et al. 2016). The state is torch's SGD's ("momentum_buffer" per parameter,
-the same state_dict layout), so checkpoints of either load into the other.
+Each step clips the gradient to the recipe's norm, sets the learning rate its schedule gives for
+the iteration, and applies the rule. The state is torch's (SGD's "momentum_buffer"; AdamW's
+"step", "exp_avg", "exp_avg_sq" per parameter, by index), so checkpoints of either load into the
+other. `step_on` applies the rule to tensors that are not the model's parameters: the probes'
+emulator keeps each replica's parameters as one flat vector.
 
-It is not a torch.optim.Optimizer: constructing one imports torch._dynamo, which adds seconds to
-every process's start-up, for nothing this loop uses.
+Neither is a torch.optim.Optimizer: constructing one imports torch._dynamo, which adds about two
+seconds to every process's start-up, for nothing this loop uses.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import torch
+from torch.optim.adamw import adamw
+
+from omnitune.core.recipe import Recipe
 
 MOMENTUM_RANGE = (-1.0, 1.0)       # open interval: |mu| < 1 keeps the recursion stable
+CLIP_EPS = 1e-6                    # as torch.nn.utils.clip_grad_norm_
 
 
-class HeavyBall:
-    def __init__(self, params, lr: float, momentum: float):
+class Update:
+    """The recipe's step for one model (or one flat vector): clip, schedule, rule."""
+
+    def __init__(self, params, lr: float, momentum: float, recipe: Recipe = Recipe(), horizon: int = 0,
+                 iteration: int = 0):
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr}")
         if not MOMENTUM_RANGE[0] < momentum < MOMENTUM_RANGE[1]:
             raise ValueError(f"momentum must be in (-1, 1), got {momentum}")
-        self.param_groups = [{"params": list(params), "lr": lr, "momentum": momentum}]
-        self.state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)     # as torch's
+        self.params = list(params)
+        self.recipe, self.horizon, self.iteration = recipe, horizon, iteration
+        self.param_groups = [{"lr": lr, "momentum": momentum}]      # the base rate, before the schedule
+        self.state: dict[int, dict[str, torch.Tensor]] = {}         # by parameter index, as torch's state_dict
+
+    def set_hyper(self, lr: float, momentum: float) -> None:
+        self.param_groups[0].update(lr=lr, momentum=momentum)
 
     @property
-    def params(self) -> list[torch.Tensor]:
-        return self.param_groups[0]["params"]
+    def lr(self) -> float:
+        """The scheduled rate of the next step."""
+        return self.param_groups[0]["lr"] * self.recipe.lr_factor(self.iteration, self.horizon)
 
     @torch.no_grad()
     def step(self) -> None:
-        group = self.param_groups[0]
-        lr, mu = group["lr"], group["momentum"]
-        for p in self.params:
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = p.grad.detach().clone()
-            else:
-                state["momentum_buffer"].mul_(mu).add_(p.grad)
-            p.add_(state["momentum_buffer"], alpha=-lr)
+        pairs = [(i, p, p.grad) for i, p in enumerate(self.params) if p.grad is not None]
+        self.step_on([i for i, _, _ in pairs], [p for _, p, _ in pairs], [g for _, _, g in pairs])
+
+    @torch.no_grad()
+    def step_on(self, keys: list[int], tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        """One step of `tensors` (updated in place) on `grads`, with the state kept under `keys`."""
+        clip = self.recipe.clip_grad_norm
+        if clip > 0 and grads:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            scale = torch.clamp(clip / (norm + CLIP_EPS), max=1.0)
+            grads = [g * scale for g in grads]
+        lr = self.lr
+        for key, p, g in zip(keys, tensors, grads):
+            self.apply(p, g, self.state.setdefault(key, {}), lr)
+        self.iteration += 1
+
+    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
+        raise NotImplementedError
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
     def state_dict(self) -> dict:
-        """torch.optim.SGD's layout: parameters by index."""
-        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
-        return {"state": {i: dict(self.state[p]) for i, p in enumerate(self.params) if self.state.get(p)},
-                "param_groups": [{**group, "params": list(range(len(self.params)))}]}
+        """torch's layout: parameters by index."""
+        return {"state": {i: dict(s) for i, s in self.state.items() if s},
+                "param_groups": [{**self.param_groups[0], "params": list(range(len(self.params)))}]}
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["param_groups"]
@@ -64,9 +89,46 @@ class HeavyBall:
             raise ValueError("the optimizer state is of another model: "
                              f"{[len(g['params']) for g in saved]} parameters against {len(self.params)}")
         group = self.param_groups[0]
-        group["lr"], group["momentum"] = saved[0].get("lr", group["lr"]), saved[0].get("momentum", group["momentum"])
-        self.state = defaultdict(dict)
+        self.set_hyper(saved[0].get("lr", group["lr"]), saved[0].get("momentum", group["momentum"]))
+        self.state = {}
         for i, p in enumerate(self.params):
-            buf = state["state"].get(i, {}).get("momentum_buffer")
-            if buf is not None:
-                self.state[p] = {"momentum_buffer": buf.to(p.device, p.dtype).clone()}
+            kept = {k: v for k, v in state["state"].get(i, {}).items() if k in self.SLOTS}
+            if kept:
+                self.state[i] = {k: v.clone() if k == "step" else v.to(p.device, p.dtype).clone()
+                                 for k, v in kept.items()}      # AdamW's step stays on the host, as torch's
+
+    SLOTS: tuple[str, ...] = ()
+
+
+class HeavyBall(Update):
+    SLOTS = ("momentum_buffer",)
+
+    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
+        if self.recipe.weight_decay:
+            grad = grad.add(p, alpha=self.recipe.weight_decay)
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = grad.detach().clone()
+        else:
+            state["momentum_buffer"].mul_(self.param_groups[0]["momentum"]).add_(grad)
+        p.add_(state["momentum_buffer"], alpha=-lr)
+
+
+class AdamW(Update):
+    SLOTS = ("step", "exp_avg", "exp_avg_sq")
+
+    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
+        if "step" not in state:
+            state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        r = self.recipe
+        adamw([p], [grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]], foreach=False,
+              amsgrad=False, beta1=self.param_groups[0]["momentum"], beta2=r.beta2, lr=lr,
+              weight_decay=r.weight_decay, eps=r.eps, maximize=False)
+
+
+RULES: dict[str, type[Update]] = {"sgd": HeavyBall, "adamw": AdamW}
+
+
+def optimizer(params, lr: float, momentum: float, recipe: Recipe = Recipe(), horizon: int = 0,
+              iteration: int = 0) -> Update:
+    """The recipe's update over `params`, starting at `iteration` of its schedule."""
+    return RULES[recipe.optimizer](params, lr, momentum, recipe, horizon, iteration)

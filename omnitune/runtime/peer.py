@@ -26,7 +26,6 @@ import torch.distributed as dist
 
 from omnitune.core import protocols
 from omnitune.core.protocols import matching
-from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, get_state, num_params, num_state, set_state
 from omnitune.runtime.workload import batches
@@ -35,7 +34,7 @@ from omnitune.runtime.workload import batches
 def train_hpsgd(ctx: Context, group) -> dict | None:
     spec, role, model = ctx.spec, ctx.role, ctx.model
     S = num_state(model)
-    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    opt = ctx.make_optimizer()
     shadow = copy.deepcopy(model) if role.coordinator else None    # holds G for evaluation and checkpoints
     monitor = ctx.new_monitor(opt, shadow) if role.coordinator else None
     G = get_state(model, torch.empty(S))
@@ -106,7 +105,7 @@ def train_gossip(ctx: Context, group) -> dict | None:
     spec, role, model = ctx.spec, ctx.role, ctx.model
     every = spec.variant.every
     S = num_state(model)
-    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    opt = ctx.make_optimizer()
     monitor = ctx.new_monitor(opt) if role.coordinator else None
     me, n = role.shard, len(spec.devices)
     ranks = role.group_ranks

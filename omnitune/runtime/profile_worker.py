@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from omnitune.core import protocols
 from omnitune.core.cluster import Device
+from omnitune.core.recipe import Recipe
 from omnitune.core.profile import AllReduceTiming, Calibration, DeviceProfile, P2PTiming
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency.balance import device_batches, speed_calibrations
@@ -153,11 +154,11 @@ def time_p2p(sizes: list[int], repeats: int, partner: int = 1) -> list[P2PTiming
     return out
 
 
-def time_server_update(model: torch.nn.Module, repeats: int) -> float:
+def time_server_update(model: torch.nn.Module, repeats: int, recipe: Recipe) -> float:
     """One update of the parameter server and its reply, as `serve` makes them."""
     torch.set_num_threads(1)                          # the server runs with one thread
     model = model.cpu()
-    opt = make_optimizer(model, lr=1e-3, momentum=0.9, start=Start())
+    opt = make_optimizer(model, lr=1e-3, momentum=0.9, start=Start(), recipe=recipe)
     ps = ParameterServer(model, opt, protocols.Groups(g=1))
     size = num_params(model) + num_buffers(model)
     msg, reply = torch.zeros(size + 3), torch.zeros(size + 2)
@@ -302,7 +303,7 @@ def main(job: ProfileJob) -> list[dict] | None:
         if rank == 1:
             result["allreduce"] = allreduce
         if rank == 0:
-            result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps))
+            result.update(p2p=p2p, server_update_s=time_server_update(timer.model, reps, timer.wl.recipe))
         steps = [None] * dist.get_world_size()
         dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
         measured = steps[1:]

@@ -19,10 +19,9 @@ import torch.distributed as dist
 
 from omnitune.core.protocols import Variant
 from omnitune.efficiency.balance import GroupBalancer
-from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_buffers, get_params, num_buffers, num_params, set_buffers, set_grads
-from omnitune.runtime.optim import HeavyBall
+from omnitune.runtime.optim import Update
 from omnitune.runtime.topology import group_ranks
 
 
@@ -40,7 +39,7 @@ class ParameterServer:
     the mean of the k groups' changes of the BatchNorm statistics to the server's.
     """
 
-    def __init__(self, model: torch.nn.Module, opt: HeavyBall, variant: Variant):
+    def __init__(self, model: torch.nn.Module, opt: Update, variant: Variant):
         self.model, self.opt = model, opt
         self.P, self.B = num_params(model), num_buffers(model)
         self.per_update = variant.gradients_per_update
@@ -110,7 +109,7 @@ class Liveness:
 def serve(ctx: Context) -> dict:
     """Apply gradients in arrival order until the monitor says stop, then tell every leader."""
     model, spec = ctx.model, ctx.spec
-    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    opt = ctx.make_optimizer()
     ps = ParameterServer(model, opt, spec.variant)
     leaders = [r[0] for r in group_ranks(spec)]
     received = dict.fromkeys(leaders, 0)

@@ -44,6 +44,8 @@ class RunSummary:
     planning_probes: int = 0         # nor the training it handed on, which started_at_s counts)
     started_at_s: float = 0.0        # training time of the checkpoint the run started from (a plan's probe,
                                      # or a resume), counted in time_to_target_s
+    target_loss: float | None = None  # the run's target when it is a test loss to get under
+    final_loss: float | None = None   # the test loss of the checkpoint
     stalled_at_s: float | None = None  # training time at which the best accuracy had not improved for
                                        # a fifth of the training (monitor.STALL_SHARE); None: never
 

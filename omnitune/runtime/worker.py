@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 
 from omnitune.efficiency.balance import equal_time_batches, step_time_line
-from omnitune.runtime import checkpoint
 from omnitune.runtime.context import Context, buffer_device
 from omnitune.runtime.flat import get_buffers, get_grads, num_buffers, num_params, set_buffers, set_grads, set_params
 from omnitune.runtime.workload import batches
@@ -58,7 +57,7 @@ def train_sync(ctx: Context, group) -> dict | None:
     P, B = num_params(model), num_buffers(model)
     # buf = [weighted gradient (P) | weighted BatchNorm statistics (B) | weighted loss | batch | stop flag]
     buf = torch.zeros(P + B + 3, device=buffer_device(spec, role, ctx.device))
-    opt = checkpoint.make_optimizer(model, spec.lr, spec.momentum, ctx.start)
+    opt = ctx.make_optimizer()
     monitor = ctx.new_monitor(opt) if role.coordinator else None
     alone = len(role.group_ranks) == 1
     stop, iterations = 0.0, ctx.start.iteration

@@ -4,7 +4,8 @@ The contract (see README): `build_model()` returns a `torch.nn.Module`;
 `build_datasets(data_dir, seed)` returns `(train, test)` torch datasets. Optional:
 `loss_fn(outputs, targets)` (default cross-entropy) and `metric(outputs, targets)` returning the
 number of correct predictions in the batch (default: classification accuracy), and
-`CACHE_DATASETS`: True (or a string naming what else the data depends on, such as a package's
+`RECIPE`: the training recipe, a dict of core/recipe.py's fields (default: SGD at a constant
+rate), and `CACHE_DATASETS`: True (or a string naming what else the data depends on, such as a package's
 version) when `build_datasets(None, seed)` returns the same tensor datasets for every seed. Those
 are built once and kept in omnitune's cache (env.cache_dir), keyed by the file's contents, the
 string, and torch's and numpy's versions: generated sets can take seconds to build, and every
@@ -28,22 +29,25 @@ from torch.utils.data import Dataset, Subset, TensorDataset
 from omnitune.core import env
 from omnitune.core.errors import UserError
 from omnitune.core.files import atomic_write_bytes
+from omnitune.core.recipe import Recipe, parse as parse_recipe
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"     # the bundled ones, installed too
 
 
 def resolve(spec: str) -> Path:
-    """`NAME` (dashes or underscores alike) → `models/NAME.py`; a path ending in .py → itself."""
+    """A path (ending in .py or holding a "/") → that file; `NAME` (dashes or underscores alike) →
+    `models/NAME.py` in the current directory (the user's own), else the bundled
+    `omnitune/workloads/NAME.py`."""
     if spec.endswith(".py") or "/" in spec:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"--workload: file {spec} not found")
         return path.resolve()
     name = spec.replace("-", "_")
-    for folder in (Path.cwd() / "models", MODELS_DIR):
-        if (folder / f"{name}.py").is_file():
+    for folder in (Path.cwd() / "models", WORKLOADS_DIR):
+        if name != "__init__" and (folder / f"{name}.py").is_file():
             return (folder / f"{name}.py").resolve()
-    known = sorted(p.stem.replace("_", "-") for p in MODELS_DIR.glob("*.py") if p.stem != "__init__")
+    known = sorted(p.stem.replace("_", "-") for p in WORKLOADS_DIR.glob("*.py") if p.stem != "__init__")
     raise UserError(f"--workload: unknown workload {spec!r} (known: {', '.join(known)})")
 
 
@@ -59,6 +63,7 @@ class Workload:
     path: Path
     module: ModuleType
     digest: str = ""        # sha256 of the file as it was imported: keys its cached datasets
+    recipe: Recipe = Recipe()
 
     @property
     def name(self) -> str:
@@ -126,7 +131,8 @@ def load(spec: str) -> Workload:
     for fn in ("build_model", "build_datasets"):
         if not callable(getattr(module, fn, None)):
             raise UserError(f"{path}: a workload must define {fn}() (see README, 'Workloads')")
-    return Workload(spec=spec, path=path, module=module, digest=digest)
+    recipe = parse_recipe(getattr(module, "RECIPE", None), str(path))
+    return Workload(spec=spec, path=path, module=module, digest=digest, recipe=recipe)
 
 
 def share(datasets: tuple[Dataset, Dataset], path: Path) -> str | None:

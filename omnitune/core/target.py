@@ -1,0 +1,46 @@
+"""What a run trains to: a test accuracy to reach (higher is better) or a test loss to get under
+(lower is better, as a language model's bits per character).
+
+The search, the probes, their curve fits and the run's ETA all read one score, higher is better:
+the accuracy, or 1 - loss. The error they model, 1 - score, is then 1 - accuracy or the loss
+itself: both fall towards a floor as training goes on, which is the shape statmodel fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    value: float
+    on_loss: bool = False
+
+    @property
+    def score(self) -> float:
+        """The target as a score."""
+        return 1.0 - self.value if self.on_loss else self.value
+
+    def score_of(self, loss: float, accuracy: float) -> float:
+        """A test reading's score."""
+        return 1.0 - loss if self.on_loss else accuracy
+
+    def reading(self, score: float) -> float:
+        """A score as the metric the target is on (score_of's inverse)."""
+        return 1.0 - score if self.on_loss else score
+
+    @property
+    def metric(self) -> str:
+        return "test loss" if self.on_loss else "test accuracy"
+
+    @property
+    def option(self) -> str:
+        return "--target-loss" if self.on_loss else "--target-accuracy"
+
+    def __str__(self) -> str:
+        return f"{self.metric} {'<=' if self.on_loss else '>='} {self.value:g}"
+
+
+def of(target: "Target | float") -> Target:
+    """A Target from a Target or a plain accuracy (the older calling convention)."""
+    return target if isinstance(target, Target) else Target(float(target))

@@ -1,0 +1,50 @@
+"""charlm_stdlib for a GPU: the same text, vocabulary and model code (loaded from the sibling file
+charlm_stdlib.py), with a longer context and a wider, deeper model, trained in bf16.
+
+Context 256 characters, width 256, 6 layers of 4 heads (head dimension 64, which the fused
+attention kernels like); 4.8 M parameters. The training set is every non-overlapping 257-character
+window of the training files (about 30,800 windows, 7.9 M characters with Python 3.11's standard
+library); a GPU reads that many characters in seconds, so runs of minutes go over it many times.
+The test set is 128 windows of the validation files. Not calibrated: no target has been measured
+on a GPU yet.
+"""
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from torch import nn
+
+_SHARED = Path(__file__).with_name("charlm_stdlib.py")
+
+
+def _load_shared():
+    """charlm_stdlib.py, loaded by path: workloads are loaded from files, not as a package."""
+    name = "omnitune_workload_charlm_stdlib_shared"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _SHARED)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_charlm = _load_shared()
+VOCAB, encode, decode, loss_fn, metric = _charlm.VOCAB, _charlm.encode, _charlm.decode, _charlm.loss_fn, _charlm.metric
+
+CONTEXT, WIDTH, LAYERS, HEADS = 256, 256, 6, 4
+TEST_WINDOWS = 128
+RECIPE = {**_charlm.RECIPE, "precision": "bf16"}
+# The cache key holds this file's digest, not the sibling's: name the sibling's contents here.
+CACHE_DATASETS = f"{_charlm.CACHE_DATASETS} | {hashlib.sha256(_SHARED.read_bytes()).hexdigest()[:16]}"
+
+
+def build_datasets(data_dir, seed):
+    """The same windows for every seed; `data_dir` is ignored (see charlm_stdlib)."""
+    return (_charlm._windows(_charlm._corpus(False), None, CONTEXT),
+            _charlm._windows(_charlm._corpus(True), TEST_WINDOWS, CONTEXT))
+
+
+def build_model() -> nn.Module:
+    return _charlm.CharTransformer(context=CONTEXT, width=WIDTH, layers=LAYERS, heads=HEADS)
