@@ -41,6 +41,7 @@ from omnitune.core.cluster import local_cluster
 from omnitune.core.plan import start_path
 from omnitune.core.protocols import Groups, Sync
 from omnitune.core.runspec import RunSpec
+from omnitune.core.target import Target
 from omnitune.planning import Config
 from omnitune.probing.probe import hand_on, make_prober, retune
 from omnitune.profiling import profiler
@@ -55,6 +56,13 @@ class Bench:
     long: bool                # a minutes-long workload: the goals apply
     lrs: tuple[float, ...]    # the grid's learning rates (a decade)
     batches: tuple[int, ...]  # the grid's per-device batches
+    on_loss: bool = False     # the target is a test loss to get under
+    default: tuple[int, float, float] = (32, 0.01, 0.9)    # a user's default: batch, lr, momentum (or beta1)
+    sync_momenta: tuple[float, ...] = (0.9,)                 # the grid's momenta (or beta1) for sync
+
+    @property
+    def goal(self) -> Target:
+        return Target(self.target, self.on_loss)
 
 
 WORKLOADS = {
@@ -84,16 +92,17 @@ def grid(prof, bench: Bench, quick: bool) -> list[Config]:
         shapes = shapes[:3]
     if quick:
         shapes = shapes[1:3]
+    shapes += [("one-per-core", Sync(), (per_core,), mu) for mu in bench.sync_momenta if mu != 0.9]
     return [Config(layout, variant, groups, b, lr, mu) for layout, variant, groups, mu in shapes
             for b in bench.batches for lr in bench.lrs]
 
 
-def default_config(prof) -> Config:
+def default_config(prof, b: Bench) -> Config:
     per_core = prof.cluster.layouts["one-per-core"]
-    return Config("one-per-core", Sync(), (per_core,), 32, 0.01, 0.9)
+    return Config("one-per-core", Sync(), (per_core,), *b.default)
 
 
-def fixed_spec(prof, name: str, target: float, c: Config) -> RunSpec:
+def fixed_spec(prof, name: str, target: Target, c: Config) -> RunSpec:
     """What a configuration runs: its devices and groups, with batches as the planner would set them."""
     return planning.spec_of(c, prof, name, None, target, 0)
 
@@ -103,7 +112,7 @@ def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | N
     its time to target, or `limit_s` (and reached False) when it misses."""
     s = job.run_spec(spec, str(work / tag), max_time_s=limit_s, start_from=start)
     return {"time_s": s.time_to_target_s if s.reached_target else limit_s, "reached": s.reached_target,
-            "iterations": s.iterations, "final_accuracy": s.final_accuracy,
+            "iterations": s.iterations, "final_accuracy": s.final_accuracy, "final_loss": s.final_loss,
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s}
 
 
@@ -114,7 +123,7 @@ def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
     s = job.run(str(plan_path), str(work / tag), job.RunOptions(max_time_s=limit_s, retune=True),
                 replan=partial(retune, iters=job.RunOptions().replan_probe_iters))
     return {"time_s": s.time_to_target_s + s.replan_s if s.reached_target else limit_s, "reached": s.reached_target,
-            "iterations": s.iterations, "final_accuracy": s.final_accuracy,
+            "iterations": s.iterations, "final_accuracy": s.final_accuracy, "final_loss": s.final_loss,
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s, "retune_s": s.replan_s,
             "retunes": s.replans, "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s}
 
@@ -175,7 +184,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         screened, best = [], b.cap_s
         for i, c in enumerate(configs):
             limit = min(b.cap_s, SCREEN_STOP * best)
-            r = measure(fixed_spec(prof, name, b.target, c), work, f"{name}-grid{i}", limit)
+            r = measure(fixed_spec(prof, name, b.goal, c), work, f"{name}-grid{i}", limit)
             best = min(best, r["time_s"]) if r["reached"] else best
             screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
             print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
@@ -186,8 +195,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
-             "default": fixed_spec(prof, name, b.target, default_config(prof)),
-             **{f"best{k}": fixed_spec(prof, name, b.target, s["config"]) for k, s in enumerate(ranked)}}
+             "default": fixed_spec(prof, name, b.goal, default_config(prof, b)),
+             **{f"best{k}": fixed_spec(prof, name, b.goal, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds)
     result = {tag: kept.get(tag) or done[f"{name}-{tag}"] for tag in specs}
@@ -198,11 +207,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     # (plan --predict-s, going on from its probe), timed apart from planning.
     start = time.perf_counter()
     longer = planning.build_plan(planning.predict(found, prober, PREDICT_S), prof, str(prof_path), name, None,
-                                  b.target, 0, datetime.now(timezone.utc).isoformat())
+                                  b.goal, 0, datetime.now(timezone.utc).isoformat())
     predict_s = time.perf_counter() - start
     band = longer.candidates[0].iters_band
     return {
-        "name": name, "target_accuracy": b.target, "cap_s": b.cap_s, "long": b.long,
+        "name": name, "target_accuracy": None if b.on_loss else b.target, "target": str(b.goal), "cap_s": b.cap_s, "long": b.long,
         "screening_kept": previous is not None,
         "plan": {**describe_plan(plan),
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
@@ -244,11 +253,11 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     the training it hands on, which the run's clock counts."""
     start = time.perf_counter()
     wl = workload.load(name)
-    prober = make_prober(wl, None, b.target, seed=seed)
+    prober = make_prober(wl, None, b.goal, seed=seed)
     log: list[str] = []                 # the search's own account, kept in the results
-    found = planning.search(prof, planning.Space(), prober,
+    found = planning.search(prof, planning.Space().for_optimizer(wl.recipe.optimizer), prober,
                              log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
-    plan = planning.build_plan(found, prof, str(prof_path), name, None, b.target, seed,
+    plan = planning.build_plan(found, prof, str(prof_path), name, None, b.goal, seed,
                                 datetime.now(timezone.utc).isoformat())
     path = work / f"{name}-plan-s{seed}.json"
     plan = hand_on(plan, prober, path)
@@ -339,7 +348,7 @@ def main() -> None:
                                                                    tuple(range(1, args.seeds + 1)))]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
-    cols = ["name", "target_accuracy", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
+    cols = ["name", "target", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
             "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "retune_frac", "default_over_plan",
             "repeats"]
     print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.10, default/plan >= 2, "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -31,7 +30,6 @@ from omnitune.core.profile import Profile
 from omnitune.efficiency import fleet as fleet_mod
 from omnitune.planning import study as study_mod
 from omnitune.planning.request import PlanRequest
-from omnitune.planning.space import ADAMW_DECADES
 from omnitune.probing import probe, timing
 from omnitune.profiling import profiler
 from omnitune.runtime import job, workload as wl_mod
@@ -95,9 +93,7 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
                                 request.study_name(prof.measured_at, len(prof.devices)))
     if fleet:
         progress(f"simulating every configuration on {fleet.nodes} nodes")
-    space = request.space()
-    if wl.recipe.optimizer == "adamw":
-        space = replace(space, decades=ADAMW_DECADES)
+    space = request.space().for_optimizer(wl.recipe.optimizer)
     found = planning.search(prof, space, prober, max_probe_iters=request.probe_iters,
                             budget_s=request.budget_s, study=study, log=progress,
                             hardware=fleet.hardware if fleet else planning.profiled(prof, request.hardware_model),

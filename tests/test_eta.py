@@ -39,3 +39,25 @@ def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path):
                                                                                      .split("s")[0]), abs=0.5)
     assert cli_app._eta_step(tmp_path, 0.95, lines[0]["time"], shown.append, last) == last and len(shown) == 1
     assert cli_app._eta_step(tmp_path, 0.95, lines[-1]["time"] + 1, shown.append, None) is None   # none since
+
+
+def test_a_pause_refits_the_schedules_horizon_from_the_runs_readings(tmp_path):
+    """job.refit_horizon: the horizon becomes the iterations to target the readings predict (the
+    curve crosses 0.95 at 5,063), never before the current iteration; a run without a horizon,
+    or without enough readings, keeps its own. The same holds for a loss target, read as 1 - loss."""
+    from dataclasses import replace
+
+    from omnitune.runtime.job import refit_horizon
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], target=0.95, horizon=1000)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in readings(40)))
+    refit = refit_horizon(spec, tmp_path, 2000).horizon
+    assert 3000 < refit < 10_000 and refit != 1000
+    assert refit_horizon(replace(spec, horizon=0), tmp_path, 2000).horizon == 0
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in readings(2)))
+    assert refit_horizon(spec, tmp_path, 2000).horizon == 1000
+    as_loss = [{**x, "test_loss": 1 - x["test_accuracy"]} for x in readings(40)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in as_loss))
+    on_loss = replace(spec, target_accuracy=None, target_loss=0.05)
+    assert refit_horizon(on_loss, tmp_path, 2000).horizon == refit

@@ -52,7 +52,7 @@ def test_the_plan_runs_as_omnitune_run_runs_it_and_its_pauses_count(tmp_path, mo
         calls.append((plan_path, options.retune, replan is not None))
         reached = "s1" in out_dir
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None, replan_s=2.0,
-                               replans=1, iterations=100, final_accuracy=0.9, measured_sec_per_iter=0.1,
+                               replans=1, iterations=100, final_accuracy=0.9, final_loss=0.3, measured_sec_per_iter=0.1,
                                started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None)
     monkeypatch.setattr(plan_quality.job, "run", run)
     out = plan_quality.interleaved({"w-plan": {1: tmp_path / "p1.json", 2: tmp_path / "p2.json"}}, tmp_path, 30.0,

@@ -215,7 +215,8 @@ def run(
     plan_path: Path = typer.Argument(..., help="a plan written by `omnitune plan`"),
     out_dir: Path = typer.Option(..., help="run directory for metrics, checkpoint and summary"),
     max_time_s: float = typer.Option(300.0, help="stop training after this many seconds"),
-    eval_every_s: float = typer.Option(0.02, help="seconds between test-set evaluations (at least; and at least 10× one evaluation)"),
+    eval_every_s: float = typer.Option(0.02, help="seconds between test-set evaluations (at least; and at least "
+                                       "10× one evaluation)"),
     timeout_s: float = typer.Option(120.0, help="a peer silent this long ends the job"),
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "

@@ -41,6 +41,13 @@ class Target:
         return f"{self.metric} {'<=' if self.on_loss else '>='} {self.value:g}"
 
 
+def spec_fields(target: "Target | float | None") -> dict:
+    """A run spec's target fields (target_accuracy, target_loss) for a target, or for none."""
+    t = None if target is None else of(target)
+    return {"target_accuracy": t.value if t and not t.on_loss else None,
+            "target_loss": t.value if t and t.on_loss else None}
+
+
 def of(target: "Target | float") -> Target:
     """A Target from a Target or a plain accuracy (the older calling convention)."""
     return target if isinstance(target, Target) else Target(float(target))

@@ -22,6 +22,7 @@ class Eta:
     eta_s: float | None                       # training seconds left to the target; None: no estimate
     band_s: tuple[float, float | None] | None  # low and high (None: no top)
     note: str
+    iters_to_target: float | None = None      # the fit's whole run, in iterations (the schedule's horizon)
 
     def to_dict(self) -> dict:
         return {"train_s": self.train_s, "iteration": self.iteration, "accuracy": self.accuracy,
@@ -56,4 +57,4 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     band = None
     if fit.band is not None:
         band = (left(fit.band[0]), left(fit.band[1]) if math.isfinite(fit.band[1]) else None)
-    return Eta(now, it, acc, left(fit.iters), band, fit.note)
+    return Eta(now, it, acc, left(fit.iters), band, fit.note, fit.iters)

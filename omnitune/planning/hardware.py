@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from omnitune.core.target import Target, of
+from omnitune.core.target import Target, spec_fields
 from omnitune.core import protocols
 from omnitune.core.plan import ANALYTIC
 from omnitune.core.profile import Profile
@@ -125,6 +125,5 @@ def spec_of(c: Config, profile: Profile, workload: str, data_dir: str | None, ta
     return RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
                    batch_size=spec_batches(PerfModel.from_profile(profile), c), lr=c.lr, momentum=c.momentum,
-                   seed=seed, target_accuracy=None if target is None or (t := of(target)).on_loss else t.value,
-                   target_loss=of(target).value if target is not None and of(target).on_loss else None, rendezvous=cluster.rendezvous,
+                   seed=seed, **spec_fields(target), rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)

@@ -4,7 +4,7 @@ rate and momentum), and a scored configuration (`Scored`: its speed and its prob
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omnitune.core import protocols
 from omnitune.core.protocols import Variant
@@ -27,6 +27,11 @@ class Space:
     momentum: float | None = None                  # None: the rule mu* - implicit, and OMNIVORE_MOMENTA
     layouts: tuple[str, ...] | None = None
     decades: tuple[float, ...] = LR_DECADES        # the cold start's rates, largest first (the recipe's)
+
+
+    def for_optimizer(self, optimizer: str) -> "Space":
+        """The space for a workload's recipe: AdamW's cold start begins at its own rates."""
+        return replace(self, decades=ADAMW_DECADES) if optimizer == "adamw" else self
 
 
 @dataclass(frozen=True)

@@ -281,6 +281,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         replans, spent_s = replans + 1, spent_s + probes_s
         why = "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule"
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why)
+        spec = refit_horizon(spec, run_dir, summary.iterations)
+        record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
         plan_path = run_dir / f"plan-replan-{replans}.json"
@@ -290,6 +292,21 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
+
+
+def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:
+    """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
+    that the run's own readings now predict (efficiency/eta.py), never before this iteration;
+    unchanged where the run has no schedule's horizon or no estimate yet."""
+    from omnitune.efficiency import eta
+
+    if spec.horizon <= 0 or spec.target is None:
+        return spec
+    lines = [json.loads(text) for text in (run_dir / "metrics.jsonl").read_text().splitlines() if text.strip()]
+    e = eta.estimate(lines, spec.target)
+    if e is None or e.iters_to_target is None:
+        return spec
+    return dataclasses.replace(spec, horizon=max(iteration + 1, round(e.iters_to_target)))
 
 
 def _trained_s(path: str | None) -> float:
