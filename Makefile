@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := runs/demo
 
-.PHONY: demo test venv clean
+.PHONY: demo test docs venv clean
 
 venv: $(STAMP)
 
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The generated docs: the command reference from the Typer app, and the benchmarks' figures from
+# benchmarks/results/*.json. tests/test_docs.py fails when they are out of date.
+docs: $(STAMP)
+	$(BIN)/typer omnitune.cli.commands utils docs --name omnitune --output docs/commands.md
+	$(BIN)/python -m benchmarks.summary
+	$(BIN)/python -m benchmarks.docs
 
 demo: $(STAMP)
 	$(BIN)/omnitune profile --workload lenet-digits --out profiles/demo.json

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
@@ -23,12 +29,58 @@ def band_holds(band, measured: float | None) -> bool | None:
 
 def write_results(name: str, data: dict) -> Path:
     """benchmarks/results/NAME.json; NAME-quick.json for a --quick run's data, so that a quick run
-    never replaces the full run's figures the README quotes."""
+    never replaces the full run's figures the README quotes. Adds `recorded`: the run's date, machine,
+    card and commit (docs/benchmarks.md shows them)."""
     if data.get("quick") and not name.endswith("-quick"):
         name += "-quick"
     path = RESULTS / f"{name}.json"
-    atomic_write_json(path, data)
+    atomic_write_json(path, {**data, "recorded": data.get("recorded") or recorded()})
     return path
+
+
+def recorded() -> dict:
+    """When, where and from which commit a result was measured, for benchmarks.summary. Cheap, and
+    never fails: a figure it cannot learn reads "unknown" (the card: "none")."""
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
+            "card": _card(), "commit": _commit()}
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _machine() -> str:
+    try:
+        memory = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory = ""
+    return f"{platform.platform()}, {os.cpu_count()} CPUs{memory}"
+
+
+def _card() -> str:
+    """The GPU the run used (torch's name for it, where this process initialized CUDA), else the
+    machine's GPUs as nvidia-smi names them (which initializes nothing in this process), else "none"."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.get_device_name()
+    except Exception:       # a label must never fail a benchmark's results
+        pass
+    smi = shutil.which("nvidia-smi") and _run("nvidia-smi", "--query-gpu=name", "--format=csv,noheader")
+    names = smi.stdout.split("\n") if smi and smi.returncode == 0 else []
+    names = [n.strip() for n in names if n.strip()]
+    return ", ".join(names) or "none"
+
+
+def _commit() -> str:
+    head = _run("git", "rev-parse", "--short", "HEAD")
+    if head is None or head.returncode != 0:
+        return "unknown"
+    clean = _run("git", "diff", "--quiet", "HEAD")
+    return head.stdout.strip() + ("" if clean and clean.returncode == 0 else " with uncommitted changes")
 
 
 def print_rows(title: str, rows: list[dict], columns: list[str]) -> None:

@@ -123,3 +123,22 @@ def test_a_gpu_worker_gathers_the_same_batches_on_the_gpu():
     for (x, y), (gx, gy) in zip(workload.batches(data, 16, seed=3), workload.batches(there, 16, seed=3)):
         assert gx.is_cuda and torch.equal(gx.cpu(), x) and torch.equal(gy.cpu(), y)
         break
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("protocol, groups", [("sync", [["cuda0", "cpu0"]]), ("groups", [["cuda0"], ["cpu0"]])])
+def test_a_bf16_adamw_recipe_runs_on_a_gpu_beside_a_cpu(tmp_path, protocol, groups):
+    """bf16 autocast on the GPU, fp32 on the CPU, AdamW's state on either side: the run gets under
+    its target loss."""
+    from pathlib import Path
+
+    from omnitune.runtime import job
+    source = (Path(__file__).parent / "workloads" / "adamw_digits.py").read_text()
+    workload = tmp_path / "adamw_bf16.py"
+    workload.write_text(source.replace('"clip_grad_norm": 1.0}', '"clip_grad_norm": 1.0, "precision": "bf16"}'))
+    devices = (Device("cuda0", "cuda", cuda_index=0), Device("cpu0", "cpu"))
+    spec = make_spec(protocol, groups, devices=devices, workload=str(workload), lr=3e-3, momentum=0.5, target=None,
+                     target_loss=0.3, horizon=400)
+    s = job.run_spec(spec, str(tmp_path / "run"), max_time_s=60)
+    assert s.reached_target and s.final_loss <= 0.3, s

@@ -1,0 +1,73 @@
+"""A workload trained as people train language models, through omnitune's whole path.
+
+    python -m benchmarks.recipes [--quick] [--protocols sync,groups,hpsgd] [--max-time-s S]
+
+charlm-stdlib (a character-level transformer on the standard library's source, AdamW with a
+warm-up and cosine decay, gradient clipping; target: a test loss) is profiled once, then planned
+with the protocol pinned to each of sync, groups and hpsgd (`plan --protocol P --target-loss T`),
+and each plan is run as `omnitune run` runs it. Reports, per protocol, what the plan chose, its
+predicted and measured time to the target loss, and whether the run got there. `--quick`: the
+quick profile and a target loss 0.3 nats above the workload's (a shorter run). Writes
+benchmarks/results/recipes.json (recipes-quick.json with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import print_rows, write_results
+from omnitune import api
+from omnitune.planning.request import PlanRequest
+from omnitune.runtime import workload
+from omnitune.runtime.job import RunOptions
+
+WORKLOAD = "charlm-stdlib"
+QUICK_EASIER = 0.3          # --quick: this much above the workload's target loss
+
+
+def one(protocol: str, profile_path: Path, target: float, max_time_s: float, work: Path) -> dict:
+    started = time.perf_counter()
+    plan_path = work / f"{protocol}.plan.json"
+    plan = api.plan(PlanRequest(WORKLOAD, None, profile_path, out=plan_path, protocol=protocol, target_loss=target))
+    planning_s = time.perf_counter() - started
+    s = api.run(plan_path, work / protocol, RunOptions(max_time_s=max_time_s))
+    spec = plan.spec
+    row = {"protocol": spec.variant.label, "layout": plan.layout, "groups": len(spec.groups),
+           "batch": spec.batch_size[spec.devices[0].id], "lr": spec.lr, "beta1": spec.momentum,
+           "horizon": spec.horizon, "planning_s": planning_s,
+           "predicted_time_to_target_s": plan.prediction.time_to_target_s,
+           "time_to_target_s": s.time_to_target_s, "reached": s.reached_target, "final_loss": s.final_loss,
+           "iterations": s.iterations, "predicted_sec_per_iter": s.predicted_sec_per_iter,
+           "measured_sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s}
+    print_rows(f"{WORKLOAD}, {protocol}", [row], ["protocol", "groups", "batch", "lr", "beta1", "planning_s",
+                                                  "predicted_time_to_target_s", "time_to_target_s", "final_loss"])
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="quick profile, an easier target")
+    parser.add_argument("--protocols", default="sync,groups,hpsgd", help="comma-separated")
+    parser.add_argument("--max-time-s", type=float, default=400.0, help="each run's time limit")
+    args = parser.parse_args()
+    target = workload.load(WORKLOAD).module.TARGET_LOSS + (QUICK_EASIER if args.quick else 0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        started = time.perf_counter()
+        api.profile(WORKLOAD, work / "profile.json", quick=args.quick)
+        profile_s = time.perf_counter() - started
+        print(f"profiled in {profile_s:.1f}s", flush=True)
+        rows = [one(p, work / "profile.json", target, args.max_time_s, work) for p in args.protocols.split(",")]
+    print_rows(f"{WORKLOAD}: profile, plan and run to test loss {target:g}", rows,
+               ["protocol", "layout", "groups", "batch", "lr", "beta1", "horizon", "planning_s",
+                "predicted_time_to_target_s", "time_to_target_s", "reached", "final_loss"])
+    path = write_results("recipes", {"quick": args.quick, "workload": WORKLOAD, "target_loss": target,
+                                     "profile_s": profile_s, "max_time_s": args.max_time_s, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
