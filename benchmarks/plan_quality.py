@@ -70,6 +70,9 @@ WORKLOADS = {
     "cnn1d-mnist1d": Bench(0.85, 30.0, False, (0.01, 0.03, 0.1), (16, 64)),
     "shapes-resnet": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1), (32, 64)),
     "teacher-mlp": Bench(0.985, 240.0, True, (0.01, 0.03, 0.1), (64, 256)),
+    # A test loss in nats per character; AdamW, so the default is its usual lr 3e-4, beta1 0.9.
+    "charlm-stdlib": Bench(1.7, 240.0, True, (0.003, 0.006, 0.01), (8, 16), on_loss=True, default=(32, 3e-4, 0.9),
+                           sync_momenta=(0.9, 0.5)),
 }
 QUICK = {"lenet-digits": WORKLOADS["lenet-digits"]}
 SEEDS = (1, 2, 3)
