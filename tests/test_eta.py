@@ -61,3 +61,15 @@ def test_a_pause_refits_the_schedules_horizon_from_the_runs_readings(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in as_loss))
     on_loss = replace(spec, target_accuracy=None, target_loss=0.05)
     assert refit_horizon(on_loss, tmp_path, 2000).horizon == refit
+
+
+def test_a_plan_without_a_prediction_schedules_over_the_runs_time_limit():
+    from dataclasses import replace
+
+    from omnitune.runtime.job import scheduled
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]])
+    assert scheduled(spec, 300.0, 0.1).horizon == 3000
+    assert scheduled(replace(spec, horizon=500), 300.0, 0.1).horizon == 500      # the plan's prediction stands
+    assert scheduled(spec, 300.0, 0.0).horizon == 0

@@ -136,7 +136,7 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     def run_spec(spec, out_dir, max_time_s, start_from=None):
         ran.append((spec.device_ids, spec.seed, max_time_s))
         time_s, reached, sec_per_iter = RUNS[spec.device_ids][spec.seed]
-        return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9,
+        return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9, final_loss=0.3,
                                mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
                                protocol_stats={}, started_at_s=0.0)
     monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)

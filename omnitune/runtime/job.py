@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import pickle
 import shlex
 import time
@@ -21,9 +22,11 @@ from typing import Callable
 import torch
 
 from omnitune.core import plan as plan_mod
+from omnitune.core.cluster import is_loopback
 from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import eta
 from omnitune.runtime import checkpoint, launch as launch_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
@@ -124,6 +127,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     if options.replan_every_s is not None and len(nodes(plan.spec)) > 1:
         raise UserError("--replan-every-s: re-planning runs on one node only, and this plan has several")
     start = None if options.from_scratch else plan_mod.start_path(plan, plan_path)
+    plan = dataclasses.replace(plan, spec=scheduled(plan.spec, options.max_time_s, plan.prediction.sec_per_iter))
     job = prepare(plan.spec, out_dir, options, plan_path, start)
     job = dataclasses.replace(job, plan_path=str(Path(plan_path).resolve()),
                               predicted_sec_per_iter=plan.prediction.sec_per_iter,
@@ -137,6 +141,15 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     return run_with_replans(plan, job, options.replan_every_s, replan)
+
+
+def scheduled(spec: RunSpec, max_time_s: float, sec_per_iter: float) -> RunSpec:
+    """The spec with a horizon for its recipe's schedule: the plan's predicted iterations to
+    target, or, where the plan could predict none, the iterations its predicted speed fits in the
+    run's time limit (a schedule that never decays would leave the run at its peak rate)."""
+    if spec.horizon > 0 or sec_per_iter <= 0 or not math.isfinite(max_time_s):
+        return spec
+    return dataclasses.replace(spec, horizon=max(1, round(max_time_s / sec_per_iter)))
 
 
 def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_s: float = 0.02,
@@ -168,7 +181,6 @@ def slurm_script(plan_path: str, options: list[str], out_dir: str) -> str:
     `--node-rank` from `$SLURM_NODEID`, and `--resume` once Slurm requeued the job and the
     coordinator's checkpoint is there. The plan fixes the hosts and the rendezvous, so the
     script asks Slurm for the plan's hosts (unless they are loopback) and says so."""
-    from omnitune.core.cluster import is_loopback
 
     spec = plan_mod.load(plan_path).spec
     everyone = nodes(spec)
@@ -298,7 +310,6 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:
     """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
     that the run's own readings now predict (efficiency/eta.py), never before this iteration;
     unchanged where the run has no schedule's horizon or no estimate yet."""
-    from omnitune.efficiency import eta
 
     if spec.horizon <= 0 or spec.target is None:
         return spec
