@@ -83,6 +83,16 @@ def _commit() -> str:
     return head.stdout.strip() + ("" if clean and clean.returncode == 0 else " with uncommitted changes")
 
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def write_page(name: str, text: str) -> None:
+    """docs/NAME, generated from the results (benchmarks.docs, benchmarks.summary)."""
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / name).write_text(text)
+    print(f"wrote {DOCS / name}")
+
+
 def print_rows(title: str, rows: list[dict], columns: list[str]) -> None:
     table = Table(title=title)
     for c in columns:

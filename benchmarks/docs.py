@@ -9,11 +9,9 @@ overhead results; writes docs/gpu.md. The page's figures are only those files' f
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, write_page
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 INTRO = """# omnitune on a machine with a GPU
 
 On a machine with CUDA GPUs, `omnitune profile` offers these layouts beside the CPU-only ones:
@@ -126,10 +124,7 @@ def render() -> str:
 
 
 def main() -> None:
-    DOCS.mkdir(exist_ok=True)
-    path = DOCS / "gpu.md"
-    path.write_text(render())
-    print(f"wrote {path}")
+    write_page("gpu.md", render())
 
 
 if __name__ == "__main__":

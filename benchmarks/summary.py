@@ -19,10 +19,9 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, write_page
 
 BENCHMARKS = Path(__file__).resolve().parent
-DOCS = BENCHMARKS.parent / "docs"
 NOT_RECORDED = "not recorded"
 
 # name -> [(the list in the JSON, its columns)]; "a.b" reads b of the row's dict a.
@@ -227,10 +226,7 @@ def render(results: Path = RESULTS) -> str:
 
 
 def main() -> None:
-    DOCS.mkdir(exist_ok=True)
-    path = DOCS / "benchmarks.md"
-    path.write_text(render())
-    print(f"wrote {path}")
+    write_page("benchmarks.md", render())
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from omnitune.core.cluster import LOOPBACK, Device, endpoint
 from omnitune.core.protocols import Variant
-from omnitune.core.target import Target
+from omnitune.core.target import Target, from_fields
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,7 @@ class RunSpec:
 
     @property
     def target(self) -> Target | None:
-        if self.target_loss is not None:
-            return Target(self.target_loss, on_loss=True)
-        return Target(self.target_accuracy) if self.target_accuracy is not None else None
+        return from_fields(self.target_accuracy, self.target_loss)
 
     @property
     def device_ids(self) -> tuple[str, ...]:

@@ -41,6 +41,13 @@ class Target:
         return f"{self.metric} {'<=' if self.on_loss else '>='} {self.value:g}"
 
 
+def from_fields(accuracy: float | None, loss: float | None) -> Target | None:
+    """The target that a run spec's or a request's two fields name (a loss before an accuracy)."""
+    if loss is not None:
+        return Target(loss, on_loss=True)
+    return Target(accuracy) if accuracy is not None else None
+
+
 def spec_fields(target: "Target | float | None") -> dict:
     """A run spec's target fields (target_accuracy, target_loss) for a target, or for none."""
     t = None if target is None else of(target)

@@ -10,7 +10,7 @@ from pathlib import Path
 from omnitune.core import protocols
 from omnitune.core.errors import UserError
 from omnitune.core.plan import ANALYTIC, SIMULATED
-from omnitune.core.target import Target
+from omnitune.core.target import Target, from_fields
 from omnitune.planning.space import DEFAULT_BATCHES, Space
 
 
@@ -62,9 +62,7 @@ class PlanRequest:
 
     @property
     def target(self) -> Target:
-        if self.target_loss is not None:
-            return Target(self.target_loss, on_loss=True)
-        return Target(self.target_accuracy)
+        return from_fields(self.target_accuracy, self.target_loss)
 
     def space(self) -> Space:
         """The search space, with the pinned options pinned."""

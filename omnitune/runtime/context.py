@@ -26,7 +26,7 @@ from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.optim import Update
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
 from omnitune.runtime.topology import Role
-from omnitune.runtime.workload import Workload
+from omnitune.runtime.workload import Workload, autocast
 
 
 FAULT_MARK = "omnitune fault hook:"      # in the broken rank's stderr log
@@ -110,8 +110,7 @@ class Context:
         With a bf16 recipe, a GPU computes the forward pass under bf16 autocast."""
         started = time.perf_counter()
         self.model.zero_grad(set_to_none=False)
-        bf16 = self.workload.recipe.precision == "bf16" and self.device.type == "cuda"
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+        with autocast(self.workload, self.device):
             loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
         loss.backward()
         value = float(loss.detach())

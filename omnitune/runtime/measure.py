@@ -102,7 +102,6 @@ class StepTimer:
         except torch.OutOfMemoryError:
             raise UserError(f"profile: the model does not fit on {self.name}") from None
         self.opt = optimizer(self.model.parameters(), 1e-3, 0.9, wl.recipe)      # the run's update, as it costs
-        self.bf16 = wl.recipe.precision == "bf16" and device.type == "cuda"      # as Context.compute_grads
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def time(self, batch: int, s: Settings, first: bool = True) -> list[float] | None:
@@ -119,7 +118,7 @@ class StepTimer:
             started = time.perf_counter()
             x, y = next(stream)
             self.opt.zero_grad()
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            with workload_mod.autocast(self.wl, self.device):      # as the runtime's step
                 loss = self.wl.loss_fn(self.model(x.to(self.device)), y.to(self.device))
             loss.backward()
             self.opt.step()

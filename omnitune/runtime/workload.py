@@ -14,6 +14,7 @@ string, and torch's and numpy's versions: generated sets can take seconds to bui
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -169,6 +170,14 @@ def on_device(dataset: Dataset, device: torch.device) -> Dataset:
     if device.type != "cuda" or not isinstance(dataset, TensorDataset):
         return dataset
     return TensorDataset(*(t.to(device) for t in dataset.tensors))
+
+
+def autocast(workload: Workload, device: torch.device):
+    """Where a step's forward pass runs: under bf16 autocast on a CUDA device when the recipe asks
+    for bf16, else as it is (CPUs stay fp32)."""
+    if workload.recipe.precision == "bf16" and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
