@@ -290,11 +290,13 @@ def test_a_plan_and_run_to_a_target_loss_with_adamw(tmp_path):
     assert r.exit_code == 0, r.output
     plan = json.loads(plan_path.read_text())
     assert plan["spec"]["target_loss"] == 0.3 and plan["spec"]["target_accuracy"] is None
-    assert plan["spec"]["lr"] < 0.1
+    # The rate is one the search probed, starting from AdamW's decades; a winning edge is carried
+    # upward (on this small MLP 0.1 can reach the target first), so no ceiling is asserted.
+    probed = {c["lr"] for c in plan["candidates"] if c["note"] != "not probed"}
+    assert plan["spec"]["lr"] in probed
     # The schedule spans the predicted iterations; a plan that predicts none (a loaded machine's
     # short probes) leaves it to the run's time limit.
     assert (plan["spec"]["horizon"] > 0) == (plan["prediction"]["iters_to_target"] is not None)
-    probed = {c["lr"] for c in plan["candidates"] if c["note"] != "not probed"}
     assert 0.01 in probed and 0.001 in probed
     r = runner.invoke(app, ["run", str(plan_path), "--out-dir", str(tmp_path / "run"), "--max-time-s", "60"])
     assert r.exit_code == 0, r.output
