@@ -1,5 +1,6 @@
 """The launcher's pure parts: ports handed out for later binding, and torch's rendezvous events."""
 
+import os
 import socket
 
 from omnitune.runtime import launch
@@ -32,3 +33,19 @@ def test_rendezvous_events_keep_the_caller_name():
     expected = method()
     launch._cheap_event_names()
     assert method() == expected == "method"
+
+
+def test_a_process_sees_the_launching_commands_folder_and_omnitune_variables(tmp_path, monkeypatch):
+    """A fork server's processes inherit its folder and environment from when it started; each
+    process takes the launching command's as they are at launch: a variable set since is seen, one
+    removed since is gone, other variables are left alone. Fails if as_launched keeps the server's."""
+    from omnitune.runtime.launch import as_launched
+
+    monkeypatch.setenv("OMNITUNE_FAULT_KILL", "1:5")           # stale: the server's, since removed
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", "the server's")   # (and both restored after the test)
+    monkeypatch.setenv("OTHER_VARIABLE", "kept")
+    monkeypatch.chdir(tmp_path.parent)
+    seen = as_launched(str(tmp_path), {"OMNITUNE_CACHE_DIR": "off"},
+                       lambda x: (x, os.getcwd(), {k: v for k, v in os.environ.items() if k.startswith("OMNITUNE_")},
+                                  os.environ["OTHER_VARIABLE"]), 7)
+    assert seen == (7, str(tmp_path), {"OMNITUNE_CACHE_DIR": "off"}, "kept")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
+import multiprocessing
 import os
 import random
 import socket
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import uuid
 from datetime import timedelta
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any, Callable
 
@@ -117,7 +120,7 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
         run_id=run_id or uuid.uuid4().hex[:12],
         rdzv_backend=RDZV_BACKEND, rdzv_endpoint=f"{host}:{port}",
         rdzv_configs=configs, max_restarts=max_restarts,
-        monitor_interval=0.1, start_method="spawn", local_addr=local_addr,
+        monitor_interval=0.1, start_method=START_METHOD, local_addr=local_addr,
         # Workers blocked in a gloo wait do not see SIGTERM at once; after this, SIGKILL.
         shutdown_timeout=5,
         log_dir=str(log_dir),
@@ -125,6 +128,33 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
 
 
 RDZV_BACKEND = "omnitune-c10d"
+
+# Processes start from a fork server that has imported torch and the workers' modules once, not by
+# spawning a fresh interpreter that imports them again for every process of every launch: on this
+# 2-core machine a 2-process run's launch took 5.3-5.8 s spawned and 1.9-2.3 s forked from the
+# server (CHANGELOG, issue 37), and a re-tuning pause relaunches. The server is a fresh process
+# (no CUDA, no threads), which CUDA allows where it forbids a plain fork.
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+PRELOAD = ["torch", "torch.distributed", "omnitune.runtime.process", "omnitune.runtime.profile_worker"]
+CALLERS_ENV = "OMNITUNE_"      # a process sees the launching command's variables of this prefix as they are now
+
+
+def start_server() -> None:
+    """Start the fork server with PRELOAD imported, in the system's temporary folder (not a
+    launch's scratch folder, which goes when the launch ends), once per command."""
+    if START_METHOD == "forkserver":
+        multiprocessing.set_forkserver_preload(PRELOAD)
+        forkserver.ensure_running()
+
+
+def as_launched(cwd: str, variables: dict[str, str], entrypoint: Callable, *args):
+    """Run `entrypoint(*args)` in the launching command's folder and with its OMNITUNE_ variables
+    as they were at launch: a fork server's processes inherit the server's, from when it started."""
+    os.chdir(cwd)
+    for name in [k for k in os.environ if k.startswith(CALLERS_ENV)]:
+        del os.environ[name]
+    os.environ.update(variables)
+    return entrypoint(*args)
 
 
 def c10d_handler(params):
@@ -210,9 +240,12 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
     # The agent logs a failed worker's traceback to the console; it is in the log folder, and the
     # command's error names the cause in one line.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    start_server()
+    callers = {k: v for k, v in os.environ.items() if k.startswith(CALLERS_ENV)}
+    entry = functools.update_wrapper(functools.partial(as_launched, os.getcwd(), callers, entrypoint), entrypoint)
     try:
         with _errorfiles_in(log_dir):
-            return elastic_launch(config, entrypoint)(*args)
+            return elastic_launch(config, entry)(*args)
     except ChildFailedError as e:
         # A process that timed out waiting for a silent peer names the cause; the others' errors
         # ("connection closed by peer") are its consequences, and may be recorded first.
