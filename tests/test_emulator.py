@@ -112,6 +112,35 @@ def test_sync_steps_on_one_averaged_gradient(recipe):
     check(config(recipe, Sync(), ((8, 8),)), ref, recipe)
 
 
+def test_a_rate_set_midway_steps_on_at_it():
+    """A re-tuning pause's cool-down (Emulator.set_rate): sync at LR for 10 updates, then at LR / 10
+    with the momentum buffer kept. Fails if set_rate misses the optimizer or resets its state."""
+    w, v, data = start(), np.zeros(3), [stream(8, 0, 2), stream(8, 1, 2)]
+    ref = []
+    for t in range(STEPS):
+        v = MU * v + grad(w, (next(data[0]) + next(data[1])) / 2)
+        w = w - (LR if t < 10 else LR / 10) * v
+        ref.append(w)
+    emu = emulator(WL, TRAIN, config("sgd", Sync(), ((8, 8),)), SEED)
+    for t in range(STEPS):
+        if t == 10:
+            emu.set_rate(LR / 10)
+        emu.step()
+        np.testing.assert_allclose(emu.current_model().w.detach().double().numpy(), ref[t], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant, batches", [(Groups(g=2), ((4,), (4,))), (SoftSync(learners=2, n=2), ((4,), (4,))),
+                                              (HPSGD(), ((4, 4, 4),)), (Gossip(every=1), ((4, 4),))])
+def test_a_rate_set_midway_reaches_every_optimizer(variant, batches):
+    """The server's optimizer, or every replica's: each steps on at the new rate, its momentum kept."""
+    emu = emulator(WL, TRAIN, ProbeConfig(variant, batches, LR, MU), SEED)
+    emu.step()
+    emu.set_rate(LR / 10)
+    n = sum(len(b) for b in batches) if isinstance(variant, (HPSGD, Gossip)) else 1
+    assert len(emu.updates()) == n
+    assert all(u.param_groups[0]["lr"] == LR / 10 and u.param_groups[0]["momentum"] == MU for u in emu.updates())
+
+
 @both
 def test_groups_apply_each_gradient_g_minus_one_updates_late(recipe):
     """g groups of equal speed take turns: the m-th gradient of group j is update m g + j, read

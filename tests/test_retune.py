@@ -6,7 +6,7 @@ import math
 import pytest
 
 from omnitune.planning import retune
-from omnitune.planning.retune import candidates, decide
+from omnitune.planning.retune import Reading, candidates, decide
 from omnitune.runtime.job import FIRST_COST_S, RETUNE_SHARE as SHARE, next_stop
 
 
@@ -40,23 +40,59 @@ def test_the_candidates_are_the_rate_up_and_down_and_with_asynchrony_the_momenta
     assert more[0] == (0.1, 0.6) and {m for lr, m in more if lr == 0.1} == {0.0, 0.3, 0.6, 0.9}
 
 
+def readings(*pairs, score: float = 0.0) -> list[Reading]:
+    """Readings of one setting from (raw, cooled) pairs, one per set of batches."""
+    return [Reading(raw, cooled, score) for raw, cooled in pairs]
+
+
 @pytest.mark.parametrize("challenger, switches", [(0.995, False), (0.97, True)])
 def test_no_switch_within_the_noise_of_repeats(challenger, switches):
-    """The current setting scored 1.00 and 1.02 on two sets of batches: noise 0.02. A challenger
-    at 0.995 is within it (and would win on the first repeat alone); one at 0.97 is not. Fails if
-    decide switches to any lower mean, or ignores the repeats' spread."""
-    d = decide((0.1, 0.9), {(0.1, 0.9): [1.00, 1.02], (0.3, 0.9): [challenger], (0.01, 0.9): [1.5]})
+    """The current setting scored 1.00 and 1.02 on two sets of batches (raw and cooled alike):
+    noise 0.02. A challenger at 0.995 is within it (and would win on the first repeat alone); one
+    at 0.97 is not. Fails if decide switches to any lower mean, or ignores the repeats' spread."""
+    d = decide((0.1, 0.9), {(0.1, 0.9): readings((1.00, 1.00), (1.02, 1.02)),
+                            (0.3, 0.9): readings((challenger, challenger)), (0.01, 0.9): readings((1.5, 1.5))})
     assert d.switched is switches and d.setting == ((0.3, 0.9) if switches else (0.1, 0.9))
     assert d.margin == pytest.approx(0.02)
 
 
+def test_the_challengers_spread_is_noise_too():
+    """The current setting's two readings agree; the challenger's spread by 0.1: a 0.05 lead is noise."""
+    d = decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0), (1.0, 1.0)),
+                            (0.3, 0.9): readings((0.9, 0.9), (1.0, 1.0))})
+    assert not d.switched and d.margin == pytest.approx(0.1)
+
+
 def test_with_one_repeat_the_floor_is_the_noise():
-    d = decide((0.1, 0.9), {(0.1, 0.9): [1.0], (0.3, 0.9): [0.995]})
+    d = decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)), (0.3, 0.9): readings((0.995, 0.995))})
     assert not d.switched and d.margin == pytest.approx(retune.NOISE_FLOOR)
-    assert decide((0.1, 0.9), {(0.1, 0.9): [1.0], (0.3, 0.9): [0.98]}).switched
+    assert decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)), (0.3, 0.9): readings((0.98, 0.98))}).switched
+
+
+def test_a_switch_needs_both_the_raw_and_the_cooled_loss():
+    """Short-horizon bias: a lower rate that wins only on the raw loss (teacher-mlp's down-switch)
+    is not taken; nor a higher one that wins only cooled (lenet-digits at 3x: never reaches the
+    target at a constant rate); one that wins both is. Fails if either reading alone decides."""
+    current = readings((0.17, 0.15))
+    assert not decide((0.04, 0.9), {(0.04, 0.9): current, (0.0133, 0.9): readings((0.15, 0.16))}).switched
+    assert not decide((0.04, 0.9), {(0.04, 0.9): current, (0.12, 0.9): readings((0.30, 0.12))}).switched
+    both = decide((0.04, 0.9), {(0.04, 0.9): current, (0.12, 0.9): readings((0.30, 0.12)),
+                                (0.0133, 0.9): readings((0.15, 0.13))})
+    assert both.switched and both.setting == (0.0133, 0.9)
+
+
+def test_where_cooling_reaches_the_target_the_run_goes_on_cooled():
+    """The kept setting's cool-down reaches the target score (0.95) on both repeats: the run goes
+    on at a tenth of its rate. One repeat short of it: the rate is kept."""
+    d = decide((0.1, 0.9), {(0.1, 0.9): readings((0.3, 0.2), (0.3, 0.2), score=0.96)}, target=0.95)
+    assert d.switched and d.setting == (0.01, 0.9) and "reaches the target" in d.reason
+    mixed = [Reading(0.3, 0.2, 0.96), Reading(0.3, 0.2, 0.94)]
+    assert not decide((0.1, 0.9), {(0.1, 0.9): mixed}, target=0.95).switched
 
 
 def test_a_diverging_current_setting_gives_way_and_a_diverging_candidate_never_wins():
-    d = decide((1.0, 0.9), {(1.0, 0.9): [math.nan], (0.3, 0.9): [0.8], (0.1, 0.9): [0.9]})
+    d = decide((1.0, 0.9), {(1.0, 0.9): readings((math.nan, math.nan)), (0.3, 0.9): readings((0.8, 0.8)),
+                            (0.1, 0.9): readings((0.9, 0.9))})
     assert d.switched and d.setting == (0.3, 0.9)
-    assert not decide((0.1, 0.9), {(0.1, 0.9): [1.0], (1.0, 0.9): [-math.inf]}).switched
+    assert not decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)),
+                                   (1.0, 0.9): readings((-math.inf, -math.inf))}).switched

@@ -9,12 +9,23 @@ most a tenth of the training time so far, so a short run is never paused.
 What: the current learning rate and ×3, ÷3, ×10, ÷10 of it at the current momentum; with
 asynchrony, the current rate at Omnivore's momenta as well (`candidates`).
 
-Which: each candidate trains the same batches from the checkpoint and is scored by its loss on
-a fixed validation subset (paired comparisons). The run switches only when a candidate's score
-beats the current setting's by more than the noise, measured as the spread of the current
-setting's scores over repeats on other batches (`decide`: hysteresis). Where the winner's
-momentum is zero or below, asynchrony already gives more momentum than is wanted, and the run
-falls back to less of it (`retuned`).
+Which: each candidate trains the same batches from the checkpoint, then cools down: half as
+many updates again at a tenth of its rate (`cooldown`, COOL_RATE). It is read on a fixed
+validation subset twice (paired comparisons): after its updates (raw) and after its cool-down.
+Each reading alone misleads (benchmarks.retune_proxy, against each rate's iterations to the
+target from the same checkpoint). Raw, the lower rates look better: after 30 updates they sit
+closer to the minimum's noise floor, whatever progress the higher ones made (short-horizon bias:
+two of three teacher-mlp runs switched down and trained longer, CHANGELOG). Cooled, a rate too
+high to keep can look best: on lenet-digits, 3x a rate that reaches the target in 75 updates
+scores best cooled and never reaches it at a constant rate. So the run switches only when a
+candidate beats the current setting on both readings by more than the noise, the spread of
+either one's readings over repeats on other batches (`decide`: hysteresis). That is a guard, not
+a cure: where both readings share the bias, the run still switches wrongly.
+
+When the chosen setting's cool-down reaches the target on the validation subset, the run goes
+on at the cooled rate: a rate that sits on a plateau below the target while a lower one would
+cross it is the case re-tuning is for. Where the winner's momentum is zero or below, asynchrony
+already gives more momentum than is wanted, and the run falls back to less of it (`retuned`).
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ from omnitune.planning.space import MU_STAR, OMNIVORE_MOMENTA
 
 LR_STEPS = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
 NOISE_FLOOR = 0.01       # scores closer than this fraction of the current one are a tie
+COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
+COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
 
 Setting = tuple[float, float]           # (learning rate, momentum)
 
@@ -48,26 +61,87 @@ class Decision:
     reason: str
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One candidate read at a pause, on one set of batches: its validation loss after its
+    updates (`raw`), after its cool-down (`cooled`), and the target's score after it."""
+    raw: float
+    cooled: float
+    score: float
+
+
+def cooldown(iters: int) -> int:
+    """Updates of a candidate's cool-down after `iters` at its rate."""
+    return max(1, round(iters * COOL_SHARE))
+
+
 def noise(scores: list[float]) -> float:
     """The spread of one setting's scores over repeats on other batches (0 with one score)."""
     return max(scores) - min(scores) if len(scores) > 1 else 0.0
 
 
-def decide(current: Setting, scores: dict[Setting, list[float]]) -> Decision:
-    """Switch to the best-scoring setting (lowest mean validation loss) only when it beats the
-    current one by more than the noise: the current setting's spread over repeats, and at least
-    NOISE_FLOOR of its score. A setting whose loss is not finite never wins."""
-    mean = {s: statistics.fmean(v) for s, v in scores.items() if v and all(map(math.isfinite, v))}
-    mine = mean.get(current)
-    if mine is None:
-        best = min(mean, key=mean.get, default=current)
-        return Decision(best, best != current, 0.0, "the current setting diverged from the checkpoint")
-    margin = max(noise(scores[current]), NOISE_FLOOR * abs(mine))
-    best = min(mean, key=mean.get)
-    if best != current and mean[best] < mine - margin:
-        return Decision(best, True, margin, f"validation loss {mean[best]:.4f} against {mine:.4f} "
-                                            f"(beats it by more than the noise, {margin:.4f})")
-    return Decision(current, False, margin, f"no setting beat {mine:.4f} by more than the noise, {margin:.4f}")
+def means(readings: dict[Setting, list[Reading]], field: str) -> dict[Setting, float]:
+    """Each setting's mean `field` over its repeats, where every one is finite."""
+    out = {}
+    for s, v in readings.items():
+        xs = [getattr(r, field) for r in v]
+        if xs and all(map(math.isfinite, xs)):
+            out[s] = statistics.fmean(xs)
+    return out
+
+
+def challenger(current: Setting, readings: dict[Setting, list[Reading]]) -> Setting | None:
+    """The candidate with the lowest cooled loss among those whose raw loss is below the current
+    setting's too (both readings must favour a switch); None if there is none."""
+    raw, cooled = means(readings, "raw"), means(readings, "cooled")
+    mine = raw.get(current, math.inf)
+    rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine]
+    return min(rivals, key=cooled.get, default=None)
+
+
+def decide(current: Setting, readings: dict[Setting, list[Reading]], target: float = math.inf) -> Decision:
+    """Switch to the `challenger` only when it beats the current setting by more than the noise
+    on both the raw and the cooled loss: the larger spread of the two settings' repeats, and at
+    least NOISE_FLOOR of the current loss. The raw loss alone favours low rates (short-horizon
+    bias), the cooled alone high ones that would need cooling soon; where they agree, the switch
+    holds on either horizon. A setting whose loss is not finite never wins. Then, where the chosen
+    setting's cool-down reached the `target` score on every repeat, go on cooled."""
+    cooled = means(readings, "cooled")
+    if current not in cooled:
+        best = min(cooled, key=cooled.get, default=current)
+        return cool(Decision(best, best != current, 0.0, "the current setting diverged from the checkpoint"),
+                    readings, target)
+    rival = challenger(current, readings)
+    gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
+    if rival and all(g > m for g, m in gaps.values()):
+        d = Decision(rival, True, gaps["cooled"][1],
+                     "; ".join(f"{f} validation loss lower by {g:.4f}, beyond the noise {m:.4f}"
+                               for f, (g, m) in gaps.items()))
+    else:
+        margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]),
+                                                     NOISE_FLOOR * abs(cooled[current]))
+        d = Decision(current, False, margin, f"no setting beat {cooled[current]:.4f} (cooled) and "
+                                             "its raw loss by more than the noise")
+    return cool(d, readings, target)
+
+
+def gap(readings: dict[Setting, list[Reading]], current: Setting, rival: Setting, field: str) -> tuple[float, float]:
+    """How much lower `rival`'s mean `field` loss is than `current`'s, and the noise it must beat."""
+    mine = [getattr(r, field) for r in readings[current]]
+    theirs = [getattr(r, field) for r in readings[rival]]
+    margin = max(noise(mine), noise(theirs), NOISE_FLOOR * abs(statistics.fmean(mine)))
+    return statistics.fmean(mine) - statistics.fmean(theirs), margin
+
+
+def cool(d: Decision, readings: dict[Setting, list[Reading]], target: float) -> Decision:
+    """`d`, at its rate times COOL_RATE where its cool-down reached `target` on every repeat."""
+    mine = readings.get(d.setting, [])
+    if not mine or not all(r.score >= target for r in mine):
+        return d
+    lr, momentum = d.setting
+    return Decision((float(f"{lr * COOL_RATE:.3g}"), momentum), True, d.margin,
+                    f"{d.reason}; cooled to {COOL_RATE:g}x its rate it reaches the target on the validation "
+                    f"subset (score {min(r.score for r in mine):.4f} >= {target:.4f}): going on cooled")
 
 
 def retuned(spec: RunSpec, setting: Setting) -> RunSpec:

@@ -95,6 +95,15 @@ class Emulator:
         """The optimizer's state_dict that goes with current_model."""
         raise NotImplementedError
 
+    def updates(self) -> list[Update]:
+        """Every optimizer this emulation steps (one, or one per replica)."""
+        raise NotImplementedError
+
+    def set_rate(self, lr: float) -> None:
+        """Go on at another base learning rate (a re-tuning pause's cool-down), momentum kept."""
+        for opt in self.updates():
+            opt.set_hyper(lr, opt.param_groups[0]["momentum"])
+
     def checkpoint_state(self) -> dict:
         """The current model and its optimizer's state as a checkpoint's "model" and "optimizer"
         entries, which a run (or a longer probe) goes on from."""
@@ -153,6 +162,9 @@ class SyncEmulator(Emulator):
 
     def current_model(self) -> torch.nn.Module:
         return self.net
+
+    def updates(self) -> list[Update]:
+        return [self.opt]
 
     def optimizer_state(self) -> dict:
         return self.opt.state_dict()
@@ -229,6 +241,9 @@ class ServerEmulator(Emulator):
     def optimizer_state(self) -> dict:
         return self.ps.opt.state_dict()
 
+    def updates(self) -> list[Update]:
+        return [self.ps.opt]
+
 
 class ReplicaEmulator(Emulator):
     """n replicas, one per device, each stepping on its own shard with its own optimizer state
@@ -258,6 +273,9 @@ class ReplicaEmulator(Emulator):
             losses.append(loss)
         self.it += 1
         return float(np.mean(losses))
+
+    def updates(self) -> list[Update]:
+        return self.opts
 
     def optimizer_state(self) -> dict:
         """The replicas' optimizer states, averaged as their states are (by samples)."""

@@ -190,36 +190,54 @@ def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
     return ProbeConfig(spec.variant, tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups), lr, momentum)
 
 
+def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting: retune_mod.Setting,
+                  batches: int, iters: int) -> retune_mod.Reading:
+    """One candidate at a pause: `iters` updates at `setting` from the checkpoint `state` with the
+    protocol's own emulation (data order `batches`), then its cool-down (retune.cooldown) at
+    COOL_RATE of its rate; the validation loss on `held` before and after the cool-down, and the
+    target's score after it."""
+    emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], state["optimizer"],
+                   horizon=spec.horizon)
+    diverged = retune_mod.Reading(math.inf, math.inf, -math.inf)
+    for _ in range(iters):
+        if not math.isfinite(emu.step()):
+            return diverged
+    raw = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
+    emu.set_rate(setting[0] * retune_mod.COOL_RATE)
+    for _ in range(retune_mod.cooldown(iters)):
+        if not math.isfinite(emu.step()):
+            return diverged
+    loss, accuracy = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[:2]
+    return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
+
+
 def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
-    """Omnivore's steady state, from a run's checkpoint (weights and momentum buffer): every
-    setting of retune.candidates trains `iters` updates on the same batches with the protocol's
-    own emulation and is scored by its loss on the first RETUNE_VALIDATION test samples; the
-    current setting and the best challenger train again on other batches, which measures the
-    noise; the run switches only beyond it (retune.decide). Returns the re-tuned spec and a
-    record of what was tried and decided, for replans.jsonl."""
+    """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): every
+    setting of retune.candidates is read at the pause (`pause_reading`, on the same batches) and
+    scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
+    samples; the current setting and the challenger (retune.challenger) are read again on other
+    batches, which measures the noise; the run switches only beyond it on both losses, and cools
+    its rate where that reaches the target (retune.decide). Returns the re-tuned spec and a record of what was tried and decided,
+    for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
     train, test = wl.build_datasets(spec.data_dir, spec.seed)
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-
-    def score(setting: retune_mod.Setting, batches: int) -> float:
-        emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], state["optimizer"],
-                       horizon=spec.horizon)
-        for _ in range(iters):
-            if not math.isfinite(emu.step()):
-                return math.inf
-        return evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
+    read = lambda setting, batches: pause_reading(wl, train, held, spec, state, setting, batches, iters)
     current = (spec.lr, spec.momentum)
     tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0)
-    scores = {setting: [score(setting, spec.seed + 1)] for setting in tried}
-    challenger = min(tried[1:], key=lambda setting: scores[setting][0])
-    for setting in (current, challenger):           # again, on other batches: the noise
-        scores[setting].append(score(setting, spec.seed + 2))
-    decision = retune_mod.decide(current, scores)
+    readings = {setting: [read(setting, spec.seed + 1)] for setting in tried}
+    rival = retune_mod.challenger(current, readings)
+    for setting in (current, rival) if rival else ():     # again, on other batches: the noise
+        readings[setting].append(read(setting, spec.seed + 2))
+    target = spec.target.score if spec.target else math.inf
+    decision = retune_mod.decide(current, readings, target)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "groups": len(s.groups), "protocol": s.variant.label}
     return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched,
                  "margin": decision.margin, "reason": decision.reason,
-                 "scores": [{"lr": lr, "momentum": m, "loss": float(np.mean(v)), "repeats": v}
-                            for (lr, m), v in scores.items()]}
+                 "scores": [{"lr": lr, "momentum": m, "loss": float(np.mean([r.cooled for r in v])),
+                             "raw_loss": float(np.mean([r.raw for r in v])),
+                             "repeats": [r.cooled for r in v]}
+                            for (lr, m), v in readings.items()]}

@@ -1,0 +1,158 @@
+"""Does a re-tuning pause's score pick the rate that reaches the target first?
+
+    python -m benchmarks.retune_proxy [--quick] [--only NAME]
+
+A pause (planning/retune.py) reads every candidate rate from the run's checkpoint: 30 updates
+and the validation loss after them (`raw`), then a cool-down at a tenth of the rate and the loss
+after it (`cooled`). The run goes on with the rate that scores best. The thing that score stands
+for is the time to target from the checkpoint, and this benchmark measures it: from each
+checkpoint, each candidate rate trains on, kept constant, until the full test set reaches the
+target (the probes' emulation, validated against the runtime: benchmarks.emulation). One worker,
+so iterations are time.
+
+For each case: sync on one worker at its batch and rate, trained from its seed to checkpoints part
+of the way to the target. From each checkpoint, every candidate rate (retune.candidates) gets its
+iterations to target (None: not within the cap) and its pause readings at 30, 100 and 300
+updates (two batch orders each). Rows: each checkpoint and rate; then per checkpoint the fastest
+rate, the rate each reading picks alone, and the rate the pause's rule (retune.decide) goes on
+with, at each length.
+
+Cases: teacher-mlp at lr 0.04 and batch 256 to 0.985, the setup whose re-tuned runs switched down
+and trained longer (CHANGELOG, issue 37), checkpoints at 3,000 and 7,500 iterations;
+lenet-digits-high, lenet-digits at lr 0.15 (a rate that levels off below 0.97 at a constant rate:
+a plateau the pause should leave), checkpoint at 300. --quick: lenet-digits at lr 0.05, batch 32,
+to 0.97, one checkpoint. Writes benchmarks/results/retune_proxy.json (retune_proxy-quick.json with
+--quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+
+from benchmarks.common import print_rows, write_results
+from omnitune.core.cluster import Device
+from omnitune.core.protocols import Sync
+from omnitune.core.runspec import RunSpec
+from omnitune.planning import retune as retune_mod
+from omnitune.probing.emulator import emulator
+from omnitune.probing.probe import RETUNE_VALIDATION, pause_reading, probe_config
+from omnitune.runtime import workload as workload_mod
+from omnitune.runtime.workload import evaluate, first
+
+PAUSE_ITERS = (30, 100, 300)    # the runtime's pause (RunOptions.replan_probe_iters), and longer ones
+COLUMNS = ["workload", "checkpoint", "lr", "iters_to_target", "raw_30", "cooled_30", "raw_300", "cooled_300"]
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    lr: float
+    target: float
+    checkpoints: tuple[int, ...]     # iterations from the seed
+    cap: int                         # the truth's iterations from a checkpoint, at most
+    eval_every: int                  # the truth's evaluations, on the full test set
+
+
+CASES = {"teacher-mlp": Case(256, 0.04, 0.985, (3000, 7500), 30000, 100),
+         "lenet-digits": Case(32, 0.05, 0.97, (40,), 3000, 5),
+         "lenet-digits-high": Case(32, 0.15, 0.97, (300,), 3000, 10)}
+QUICK = ("lenet-digits",)
+FULL = ("teacher-mlp", "lenet-digits-high")
+
+
+def spec_of(name: str, case: Case, lr: float) -> RunSpec:
+    return RunSpec(workload=name, data_dir=None, variant=Sync(), devices=(Device("cpu0", "cpu"),),
+                   groups=(("cpu0",),), batch_size={"cpu0": case.batch}, lr=lr, momentum=0.9,
+                   target_accuracy=case.target)
+
+
+def train_to(wl, train, spec: RunSpec, state: dict | None, start: int, iters: int, seed: int):
+    """The emulation of `spec` from `state` (None: from the seed) for `iters` updates."""
+    emu = emulator(wl, train, probe_config(spec, spec.lr, spec.momentum), seed,
+                   None if state is None else state["model"], None if state is None else state["optimizer"],
+                   start_iteration=start)
+    for _ in range(iters):
+        emu.step()
+    return emu
+
+
+def iters_to_target(wl, train, test, spec: RunSpec, state: dict, start: int, case: Case) -> int | None:
+    """Updates from `state` at `spec`'s constant rate until the full test set reaches the target."""
+    emu = emulator(wl, train, probe_config(spec, spec.lr, spec.momentum), spec.seed, state["model"],
+                   state["optimizer"], start_iteration=start)
+    for done in range(1, case.cap + 1):
+        if not math.isfinite(emu.step()):
+            return None
+        if done % case.eval_every == 0 and evaluate(wl, emu.current_model(), test, torch.device("cpu"))[1] >= spec.target_accuracy:
+            return done
+    return None
+
+
+def bench(name: str, case: Case) -> list[dict]:
+    torch.set_num_threads(1)
+    wl = workload_mod.load(name.removesuffix("-high"))
+    train, test = wl.build_datasets(None, 0)
+    held = first(test, RETUNE_VALIDATION)
+    base = spec_of(wl.name, case, case.lr)
+    rows, state, at = [], None, 0
+    for point in case.checkpoints:
+        emu = train_to(wl, train, base, state, at, point - at, base.seed)
+        state, at = emu.checkpoint_state(), point
+        for lr, _ in retune_mod.candidates(case.lr, 0.9, False):
+            spec = spec_of(wl.name, case, lr)
+            row = {"workload": name, "checkpoint": point, "lr": lr,
+                   "iters_to_target": iters_to_target(wl, train, test, spec, state, point, case)}
+            for iters in PAUSE_ITERS:
+                row[f"readings_{iters}"] = [pause_reading(wl, train, held, spec, state, (lr, 0.9), base.seed + k, iters)
+                                            for k in (1, 2)]
+                for field in ("raw", "cooled"):
+                    row[f"{field}_{iters}"] = statistics.fmean(getattr(r, field) for r in row[f"readings_{iters}"])
+            rows.append(row)
+            print({k: v for k, v in row.items() if not k.startswith("readings")}, flush=True)
+    return rows
+
+
+def picks(rows: list[dict], target: dict[str, float]) -> list[dict]:
+    """Per checkpoint: the fastest rate to the target; per pause length, the rate each reading
+    picks alone and what the pause's rule (retune.decide, both readings, two repeats each) does."""
+    out = []
+    for name, point in sorted({(r["workload"], r["checkpoint"]) for r in rows}):
+        here = [r for r in rows if (r["workload"], r["checkpoint"]) == (name, point)]
+        reached = [r for r in here if r["iters_to_target"] is not None]
+        fastest = min(reached, key=lambda r: r["iters_to_target"]) if reached else None
+        row = {"workload": name, "checkpoint": point, "fastest_lr": fastest["lr"] if fastest else None,
+               "fastest_iters": fastest["iters_to_target"] if fastest else None}
+        for iters in PAUSE_ITERS:
+            for field in ("raw", "cooled"):
+                row[f"{field}_{iters}"] = min(here, key=lambda r: r[f"{field}_{iters}"])["lr"]
+            readings = {(r["lr"], 0.9): r[f"readings_{iters}"] for r in here}
+            row[f"rule_{iters}"] = retune_mod.decide((here[0]["lr"], 0.9), readings, target[name]).setting[0]
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=sorted(CASES))
+    args = ap.parse_args(argv)
+    names = (args.only,) if args.only else (QUICK if args.quick else FULL)
+    rows = [r for name in names for r in bench(name, CASES[name])]
+    print_rows("pause scores and the time to target from each checkpoint", rows, COLUMNS)
+    chosen = picks(rows, {name: CASES[name].target for name in names})
+    print_rows("the rate each score picks", chosen, list(chosen[0]))
+    write_results("retune_proxy", {
+        "quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.COOL_RATE, "cool_share": retune_mod.COOL_SHARE,
+        "rows": [{k: ([vars(r) for r in v] if k.startswith("readings") else v) for k, v in row.items()} for row in rows],
+        "picks": chosen})
+
+
+if __name__ == "__main__":
+    main()
