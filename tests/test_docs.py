@@ -58,3 +58,14 @@ def test_write_results_records_the_run(tmp_path, monkeypatch):
     data = json.loads(common.write_results("faults", {"quick": False, "rows": []}).read_text())
     assert set(data["recorded"]) == {"date", "machine", "card", "commit"}
     assert all(isinstance(v, str) and v for v in data["recorded"].values())
+
+
+def test_the_readmes_results_table_is_the_results_as_they_are():
+    text = (ROOT / "README.md").read_text()
+    assert summary.with_headline(text, summary.headline()) == text, \
+        f"README.md's results table is not what benchmarks/results/plan_quality.json says now: {REGENERATE}"
+
+
+def test_the_results_table_goes_between_its_markers_only():
+    text = f"before\n{summary.HEAD_START}\nold table\n{summary.HEAD_END}\nafter\n"
+    assert summary.with_headline(text, "new") == f"before\n{summary.HEAD_START}\nnew\n{summary.HEAD_END}\nafter\n"
