@@ -1,6 +1,6 @@
 """Does a re-tuning pause's score pick the rate that reaches the target first?
 
-    python -m benchmarks.retune_proxy [--quick] [--only NAME]
+    python -m benchmarks.retune_proxy [--quick] [--only NAME] [--repick]
 
 A pause (planning/retune.py) reads every candidate rate from the run's checkpoint: 30 updates
 and the validation loss after them (`raw`), then a cool-down at a tenth of the rate and the loss
@@ -15,7 +15,7 @@ of the way to the target. From each checkpoint, every candidate rate (retune.can
 iterations to target (None: not within the cap) and its pause readings at 30, 100 and 300
 updates (two batch orders each). Rows: each checkpoint and rate; then per checkpoint the fastest
 rate, the rate each reading picks alone, and the rate the pause's rule (retune.decide) goes on
-with, at each length.
+with, at each length, for a healthy run and for a stalled one.
 
 Cases: teacher-mlp at lr 0.04 and batch 256 to 0.985, the setup whose re-tuned runs switched down
 and trained longer (CHANGELOG, issue 37), checkpoints at 3,000 and 7,500 iterations;
@@ -28,6 +28,7 @@ to 0.97, one checkpoint. Writes benchmarks/results/retune_proxy.json (retune_pro
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from benchmarks.common import print_rows, write_results
+from benchmarks.common import RESULTS, print_rows, write_results
 from omnitune.core.cluster import Device
 from omnitune.core.protocols import Sync
 from omnitune.core.runspec import RunSpec
@@ -132,7 +133,9 @@ def picks(rows: list[dict], target: dict[str, float]) -> list[dict]:
             for field in ("raw", "cooled"):
                 row[f"{field}_{iters}"] = min(here, key=lambda r: r[f"{field}_{iters}"])["lr"]
             readings = {(r["lr"], 0.9): r[f"readings_{iters}"] for r in here}
-            row[f"rule_{iters}"] = retune_mod.decide((here[0]["lr"], 0.9), readings, target[name]).setting[0]
+            for stalled in (False, True):
+                rule = retune_mod.decide((here[0]["lr"], 0.9), readings, target[name], stalled)
+                row[f"rule_{iters}" + ("_stalled" if stalled else "")] = rule.setting[0]
         out.append(row)
     return out
 
@@ -141,14 +144,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=sorted(CASES))
+    ap.add_argument("--repick", action="store_true",
+                    help="re-derive the picks of the saved results with the current rule, training nothing")
     args = ap.parse_args(argv)
     names = (args.only,) if args.only else (QUICK if args.quick else FULL)
-    rows = [r for name in names for r in bench(name, CASES[name])]
+    saved = {}
+    if args.repick:
+        saved = json.loads((RESULTS / f"retune_proxy{'-quick' if args.quick else ''}.json").read_text())
+        rows = [{k: ([retune_mod.Reading(**r) for r in v] if k.startswith("readings") else v) for k, v in row.items()}
+                for row in saved["rows"]]
+        names = tuple(dict.fromkeys(r["workload"] for r in rows))
+    else:
+        rows = [r for name in names for r in bench(name, CASES[name])]
     print_rows("pause scores and the time to target from each checkpoint", rows, COLUMNS)
     chosen = picks(rows, {name: CASES[name].target for name in names})
     print_rows("the rate each score picks", chosen, list(chosen[0]))
     write_results("retune_proxy", {
-        "quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "measured_at": saved["measured_at"] if args.repick else datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "picks_by": "the rule at the commit recorded (--repick)" if args.repick else "the rule of the run",
         "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.COOL_RATE, "cool_share": retune_mod.COOL_SHARE,
         "rows": [{k: ([vars(r) for r in v] if k.startswith("readings") else v) for k, v in row.items()} for row in rows],
         "picks": chosen})

@@ -49,7 +49,7 @@ TABLES = {
     "protocols": [("plan_vs_best", ["workload", "cluster", "best_protocol", "best_time_to_target_s", "plan_choice",
                                     "plan_time_to_target_s", "plan_over_best"])],
     "retune_proxy": [("picks", ["workload", "checkpoint", "fastest_lr", "fastest_iters", "raw_30", "cooled_30", "rule_30",
-                                "raw_300", "cooled_300", "rule_300"])],
+                                "rule_30_stalled", "raw_300", "cooled_300", "rule_300"])],
     "retune": [("rows", ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs",
                          "retuned_over_pinned"])],
 }

@@ -76,9 +76,18 @@ def test_a_switch_needs_both_the_raw_and_the_cooled_loss():
     current = readings((0.17, 0.15))
     assert not decide((0.04, 0.9), {(0.04, 0.9): current, (0.0133, 0.9): readings((0.15, 0.16))}).switched
     assert not decide((0.04, 0.9), {(0.04, 0.9): current, (0.12, 0.9): readings((0.30, 0.12))}).switched
-    both = decide((0.04, 0.9), {(0.04, 0.9): current, (0.12, 0.9): readings((0.30, 0.12)),
-                                (0.0133, 0.9): readings((0.15, 0.13))})
-    assert both.switched and both.setting == (0.0133, 0.9)
+    both = decide((0.04, 0.9), {(0.04, 0.9): current, (0.12, 0.9): readings((0.16, 0.13)),
+                                (0.0133, 0.9): readings((0.15, 0.12))})
+    assert both.switched and both.setting == (0.12, 0.9)
+
+
+def test_a_lower_rate_only_for_a_stalled_run():
+    """Short-horizon bias runs towards lower rates: a lower rate that wins both readings is taken
+    only when the run's own readings are stalled. Fails if decide lowers a healthy run's rate."""
+    scores = {(0.04, 0.9): readings((0.17, 0.15)), (0.0133, 0.9): readings((0.15, 0.13))}
+    assert not decide((0.04, 0.9), scores).switched
+    d = decide((0.04, 0.9), scores, stalled=True)
+    assert d.switched and d.setting == (0.0133, 0.9)
 
 
 def test_where_cooling_reaches_the_target_the_run_goes_on_cooled():

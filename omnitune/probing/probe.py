@@ -211,13 +211,13 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
 
 
-def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
+def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): every
     setting of retune.candidates is read at the pause (`pause_reading`, on the same batches) and
     scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
     samples; the current setting and the challenger (retune.challenger) are read again on other
-    batches, which measures the noise; the run switches only beyond it on both losses, and cools
-    its rate where that reaches the target (retune.decide). Returns the re-tuned spec and a record of what was tried and decided,
+    batches, which measures the noise; the run switches only beyond it on both losses, to a lower
+    rate only when `stalled`, and cools its rate where that reaches the target (retune.decide). Returns the re-tuned spec and a record of what was tried and decided,
     for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
@@ -228,14 +228,14 @@ def retune(spec: RunSpec, checkpoint: Path, iters: int) -> tuple[RunSpec, dict]:
     current = (spec.lr, spec.momentum)
     tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0)
     readings = {setting: [read(setting, spec.seed + 1)] for setting in tried}
-    rival = retune_mod.challenger(current, readings)
+    rival = retune_mod.challenger(current, readings, stalled)
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target)
+    decision = retune_mod.decide(current, readings, target, stalled)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "groups": len(s.groups), "protocol": s.variant.label}
-    return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched,
+    return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
                  "margin": decision.margin, "reason": decision.reason,
                  "scores": [{"lr": lr, "momentum": m, "loss": float(np.mean([r.cooled for r in v])),
                              "raw_loss": float(np.mean([r.raw for r in v])),

@@ -33,8 +33,9 @@ from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes, roles
 
-# (run spec, checkpoint) -> (the re-tuned run spec, a record of what was tried, for replans.jsonl)
-Replanner = Callable[[RunSpec, Path], tuple[RunSpec, dict]]
+# (run spec, checkpoint, whether the run is stalled) -> (the re-tuned run spec, a record of what
+# was tried, for replans.jsonl)
+Replanner = Callable[[RunSpec, Path, bool], tuple[RunSpec, dict]]
 
 
 @dataclass(frozen=True)
@@ -288,10 +289,10 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
         began = time.perf_counter()
-        spec, record = replan(job.spec, run_dir / checkpoint.FILE)
+        why = "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule"
+        spec, record = replan(job.spec, run_dir / checkpoint.FILE, stalled_now(run_dir))
         probes_s = time.perf_counter() - began
         replans, spent_s = replans + 1, spent_s + probes_s
-        why = "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule"
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why)
         spec = refit_horizon(spec, run_dir, summary.iterations)
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
@@ -306,6 +307,19 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     return summary
 
 
+def readings(run_dir: Path) -> list[dict]:
+    """The run's evaluations so far (metrics.jsonl)."""
+    path = run_dir / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def stalled_now(run_dir: Path) -> bool:
+    """Whether the run's latest evaluation is marked stalled (runtime/monitor.py)."""
+    lines = readings(run_dir)
+    return bool(lines and lines[-1].get("stalled"))
+
+
 def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:
     """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
     that the run's own readings now predict (efficiency/eta.py), never before this iteration;
@@ -313,8 +327,7 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:
 
     if spec.horizon <= 0 or spec.target is None:
         return spec
-    lines = [json.loads(text) for text in (run_dir / "metrics.jsonl").read_text().splitlines() if text.strip()]
-    e = eta.estimate(lines, spec.target)
+    e = eta.estimate(readings(run_dir), spec.target)
     if e is None or e.iters_to_target is None:
         return spec
     return dataclasses.replace(spec, horizon=max(iteration + 1, round(e.iters_to_target)))
