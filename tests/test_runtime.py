@@ -202,6 +202,71 @@ def test_the_monitor_flags_a_stall_after_a_fifth_of_the_training_without_a_bette
     assert m.stalled_at_s == 5.0 and m.best_at_s == 8.0
 
 
+def test_the_monitor_flags_a_divergence_and_keeps_the_best_checkpoint(tmp_path, monkeypatch):
+    """A fake clock, one evaluation a second, the training loss since the last one 1.0, 0.8, 0.6,
+    0.5, 0.55, then 1.2 (more than twice its lowest, 0.5: diverged), 0.9 (not), then NaN
+    (diverged). The best checkpoint is written on a new best score, at most every BEST_EVERY_S,
+    never while diverged; with diverge_stop a divergence ends the run. Fails if the rule ignores
+    STALL_EVALS, the lowest loss or a NaN, or if a diverged model is kept as the best."""
+    import math
+
+    import torch
+
+    clock = {"t": 0.0}
+    scores = iter([0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97])
+    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, next(scores)))
+    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", diverge_stop=True)
+    monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
+    saved = []
+    m.best_saver = lambda it, train_s: saved.append(it)
+    model = torch.nn.Linear(1, 1)
+    diverged, stops = [], []
+    for t, loss in enumerate([1.0, 0.8, 0.6, 0.5, 0.55, 1.2, 0.9, math.nan], start=1):
+        clock["t"] = float(t)
+        m.record_loss(loss)
+        m.evaluate(model, t)
+        diverged.append(m.diverged)
+        m.next_eval = math.inf                   # check() only decides, evaluating nothing more
+        stops.append(m.check(model, t))
+    assert diverged == [False, False, False, False, False, True, False, True]
+    assert stops == diverged and m.diverged_at_s == 6.0
+    assert saved == [1, 3, 5, 7]                 # every BEST_EVERY_S (2 s); 6 and 8 diverged
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [bool(x.get("diverged")) for x in lines] == diverged
+
+
+def test_a_diverging_run_goes_on_from_its_best_checkpoint_at_a_lower_rate(tmp_path):
+    """The quadratic at lr 3 with momentum 0.9 (its step times the largest curvature is past
+    heavy ball's stable 2 (1 + momentum)): the loss overflows within the first evaluation. Re-tuned,
+    the run stops at once, goes back to its best checkpoint (where it started), the pause's
+    probes from there choose a lower rate, and the run reaches its target loss; the summary and
+    replans.jsonl say so, and the JSON files hold no NaN. Fails if divergence is not caught, if
+    the run goes on from the diverged weights, or if the pause keeps the rate."""
+    from functools import partial
+
+    from omnitune.probing.probe import retune
+
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], workload=str(Path(__file__).parent / "workloads" /
+                     "quadratic.py"), batch=8, lr=3.0, momentum=0.9, target=None, target_loss=2.0)
+    run_dir = tmp_path / "run"
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=20, retune=True), replan=partial(retune, iters=30))
+    assert s.reached_target and s.diverged_at_s is not None and s.replans >= 1
+    first = json.loads((run_dir / "replans.jsonl").read_text().splitlines()[0])
+    assert first["why"] == "divergence" and first["back_to_iteration"] == 0
+    assert first["switched"] and first["after"]["lr"] < 3.0
+    assert any(m.get("diverged") for m in read_metrics(run_dir))
+
+
+def test_without_retuning_a_divergence_is_reported_not_answered(tmp_path):
+    """The same diverging quadratic, pinned: the run goes on to its time limit, and its summary
+    and metrics say when it diverged; no best checkpoint is kept."""
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], workload=str(Path(__file__).parent / "workloads" /
+                     "quadratic.py"), batch=8, lr=3.0, momentum=0.9, target=None, target_loss=2.0)
+    s = job.run(str(plan), str(tmp_path / "run"), RunOptions(max_time_s=1.0))
+    assert not s.reached_target and s.diverged_at_s is not None and s.replans == 0 and s.final_loss is None
+    assert not (tmp_path / "run" / "best.pt").exists()
+
+
 ADAMW = str(Path(__file__).parent / "workloads" / "adamw_digits.py")
 
 

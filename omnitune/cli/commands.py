@@ -304,6 +304,10 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.stalled_at_s is not None and not summary.reached_target:
         out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
                   "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")
+    if summary.diverged_at_s is not None:
+        out.print(f"diverged at {summary.diverged_at_s:.1f}s of training: its training loss rose to twice its "
+                  "lowest or more" + (", and re-tuning went on from the best checkpoint" if summary.replans else
+                                      " (--retune goes on from the best checkpoint at a lower rate)"))
     if not summary.reached_target:
         raise typer.Exit(1)
 

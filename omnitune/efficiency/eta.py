@@ -37,7 +37,9 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     if not lines:
         return None
     attempt = lines[-1].get("attempt", 0)
-    mine = [x for x in lines if x.get("attempt", 0) == attempt and x.get("test_accuracy") is not None]
+    # A diverged reading's loss is None (not finite): no reading of a loss target.
+    mine = [x for x in lines if x.get("attempt", 0) == attempt and x.get("test_accuracy") is not None
+            and (x.get("test_loss") is not None or not target.on_loss)]
     if len(mine) < MIN_READINGS:
         return None
     last = mine[-1]

@@ -22,6 +22,7 @@ from omnitune.runtime.optim import Update, optimizer
 
 
 FILE = "checkpoint.pt"     # in the run dir, on the coordinator's host
+BEST_FILE = "best.pt"      # the best score's, kept while re-tuning (a diverged run goes on from it)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class JobArgs:
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     stall_stop_from_s: float = float("inf")   # a stall at or after this much training time ends it
+    retuned: bool = False              # keep the best score's checkpoint (BEST_FILE), and end on a divergence
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
     max_restarts: int = 0              # torchelastic restarts every process after a failure
     node: int = 0                      # the cluster spec's node these processes run on
@@ -127,15 +128,21 @@ class Context:
                           min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
                           eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
-                          record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s)
+                          record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s,
+                          diverge_stop=job.retuned)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
         if job.attempt > 0:
             append_jsonl(self.run_dir / "restarts.jsonl", {"attempt": job.attempt, "time": round(time.time(), 3),
                                                            "iteration": self.start.iteration,
                                                            "train_s": self.start.train_s})
+        saved = model or self.model
         if job.checkpoint_every_s < float("inf"):
-            path, saved = self.run_dir / checkpoint.FILE, model or self.model
+            path = self.run_dir / checkpoint.FILE
             monitor.saver = lambda it, train_s: checkpoint.save(path, saved, opt, it, train_s)
+        if job.retuned:        # the best so far: first where this segment starts
+            best = self.run_dir / checkpoint.BEST_FILE
+            monitor.best_saver = lambda it, train_s: checkpoint.save(best, saved, opt, it, train_s)
+            monitor.keep_best(self.start.iteration, self.start.train_s)
         return monitor
 
     def finish(self, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
@@ -178,6 +185,7 @@ class Context:
             staleness=counts,
             started_at_s=self.start.train_s,
             stalled_at_s=monitor.stalled_at_s,
+            diverged_at_s=monitor.diverged_at_s,
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)

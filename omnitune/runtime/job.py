@@ -33,8 +33,8 @@ from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes, roles
 
-# (run spec, checkpoint, whether the run is stalled) -> (the re-tuned run spec, a record of what
-# was tried, for replans.jsonl)
+# (run spec, checkpoint, whether the run is stalled or diverged) -> (the re-tuned run spec, a record
+# of what was tried, for replans.jsonl)
 Replanner = Callable[[RunSpec, Path, bool], tuple[RunSpec, dict]]
 
 
@@ -104,7 +104,8 @@ def prepare(spec: RunSpec, out_dir: str, options: RunOptions, source: str = "the
         resume_from = str(start_from.resolve())
     run_dir.mkdir(parents=True, exist_ok=True)
     if coordinator and not resume:      # a restart must not go on from an earlier run's checkpoint
-        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", "eta.jsonl", checkpoint.FILE):
+        for stale in ("metrics.jsonl", "summary.json", "replans.jsonl", "restarts.jsonl", "eta.jsonl", checkpoint.FILE,
+                      checkpoint.BEST_FILE):
             (run_dir / stale).unlink(missing_ok=True)
     return JobArgs(spec=spec, run_dir=str(run_dir.resolve()), max_time_s=options.max_time_s,
                    eval_every_s=options.eval_every_s, timeout_s=options.timeout_s, resume_from=resume_from, node=here.index,
@@ -272,9 +273,9 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     re-tuning probes and the restart of the processes after them (the next segment's wall time
     less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
     seconds of training."""
-    run_dir = Path(job.run_dir)
+    run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True)
     train_s, replans, spent_s, cost_s = _trained_s(job.resume_from), 0, 0.0, FIRST_COST_S
-    wall_before, probes_s, stalled_at_s = 0.0, 0.0, None
+    wall_before, probes_s, stalled_at_s, diverged_at_s = 0.0, 0.0, None, None
     while True:
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, spent_s, cost_s)
         # A stall pauses the run at once where a pause fits the budget.
@@ -282,6 +283,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         began = time.perf_counter()
         summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
+        diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
         if replans:          # this segment began with a restart after a pause
             restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
             spent_s, cost_s = spent_s + restart_s, probes_s + restart_s
@@ -289,11 +291,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
         began = time.perf_counter()
-        why = "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule"
-        spec, record = replan(job.spec, run_dir / checkpoint.FILE, stalled_now(run_dir))
+        latest = (readings(run_dir) or [{}])[-1]
+        why = ("divergence" if latest.get("diverged") else
+               "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule")
+        back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
+        spec, record = replan(job.spec, run_dir / checkpoint.FILE, why == "divergence" or bool(latest.get("stalled")))
         probes_s = time.perf_counter() - began
         replans, spent_s = replans + 1, spent_s + probes_s
-        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why)
+        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
+                      back_to_iteration=back_at)
         spec = refit_horizon(spec, run_dir, summary.iterations)
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
@@ -302,7 +308,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         plan_mod.save(plan, plan_path)
         job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path),
                                   resume_from=str(run_dir / checkpoint.FILE))
-    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s)
+    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
+                                  diverged_at_s=diverged_at_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
 
@@ -314,10 +321,17 @@ def readings(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def stalled_now(run_dir: Path) -> bool:
-    """Whether the run's latest evaluation is marked stalled (runtime/monitor.py)."""
-    lines = readings(run_dir)
-    return bool(lines and lines[-1].get("stalled"))
+def back_to_best(run_dir: Path, train_s: float) -> int | None:
+    """A diverged run goes on from its best score's checkpoint (BEST_FILE), which becomes the
+    run's checkpoint with the clock where the run is (`train_s`: the diverged training counts).
+    Returns that checkpoint's iteration; None where the run kept none."""
+    best = run_dir / checkpoint.BEST_FILE
+    if not best.is_file():
+        return None
+    state = torch.load(best, map_location="cpu", weights_only=True)
+    checkpoint.save_state(run_dir / checkpoint.FILE, {"model": state["model"], "optimizer": state["optimizer"]},
+                          state["iteration"], train_s)
+    return int(state["iteration"])
 
 
 def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,12 @@ from omnitune.runtime.workload import Workload, evaluate
 # it is short of, and a lower rate (re-tuning) or a stop (--stop-on-stall) is the answer.
 STALL_SHARE = 0.2
 STALL_EVALS = 5
+# A run has diverged when its training loss since the last evaluation is not finite, or above
+# DIVERGE_FACTOR times the lowest it has been (once evaluated STALL_EVALS times): a rate too high
+# for where the run now is. Re-tuning steps in at once, from the best score's checkpoint, kept at
+# most every BEST_EVERY_S of wall time (and 20 times what the last one took to write).
+DIVERGE_FACTOR = 2.0
+BEST_EVERY_S = 2.0
 
 
 @dataclass
@@ -65,6 +72,12 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
+    best_train_loss: float = float("inf")     # the lowest training loss between two evaluations
+    diverged: bool = False                    # diverged now (DIVERGE_FACTOR)
+    diverged_at_s: float | None = None        # training time of the first divergence
+    diverge_stop: bool = False                # a divergence ends the run (re-tuning steps in)
+    best_saver: object = None                 # best_saver(iteration, train_s) keeps the best score's checkpoint
+    next_best_save: float = 0.0
 
     def __post_init__(self):
         self.target = of(self.target)            # a plain number: an accuracy
@@ -102,18 +115,37 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
                 or 0 < self.max_iters <= iteration
-                or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s)
+                or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s
+                or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
 
-    def note_score(self, score: float, train_s: float) -> None:
-        """Track the best score and whether the run has stalled (STALL_SHARE)."""
-        if score > self.best_score:
+    def note_score(self, score: float, train_s: float, train_loss: float | None = None) -> bool:
+        """Track the best score, whether the run has stalled (STALL_SHARE) and whether it has
+        diverged (DIVERGE_FACTOR); return whether `score` is a new best."""
+        better = score > self.best_score
+        if better:
             self.best_score, self.best_at_s = score, train_s
         self.stalled = self.evaluations >= STALL_EVALS and train_s - self.best_at_s >= STALL_SHARE * train_s
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
+        if train_loss is not None:
+            self.diverged = not math.isfinite(train_loss) or (
+                self.evaluations >= STALL_EVALS and train_loss > DIVERGE_FACTOR * self.best_train_loss)
+            if math.isfinite(train_loss):
+                self.best_train_loss = min(self.best_train_loss, train_loss)
+            if self.diverged and self.diverged_at_s is None:
+                self.diverged_at_s = train_s
+        return better
+
+    def keep_best(self, iteration: int, train_s: float) -> None:
+        """Write the best score's checkpoint, unless one was written less than BEST_EVERY_S ago."""
+        began = self.elapsed()
+        if self.best_saver is None or began < self.next_best_save:
+            return
+        self.best_saver(iteration, train_s)
+        self.next_best_save = self.elapsed() + max(BEST_EVERY_S, 20 * (self.elapsed() - began))
 
     def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
         """Training seconds per iteration past the first check, which ends the warm-up step (a
@@ -133,16 +165,22 @@ class Monitor:
         test_loss, accuracy = evaluate(self.workload, model, self.test, device)
         train_loss = sum(self.losses) / len(self.losses) if self.losses else None
         self.losses.clear()
-        self.final_accuracy, self.final_loss = accuracy, test_loss
+        self.final_accuracy, self.final_loss = accuracy, finite(test_loss)
         score = self.target.score_of(test_loss, accuracy)
         self.evaluations += 1
         self.evaluated_at = iteration
         if score >= self.target.score and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
-        self.note_score(score, wall - self.eval_s)
+        if self.note_score(score, wall - self.eval_s, train_loss) and not self.diverged:
+            self.keep_best(iteration, wall - self.eval_s)
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
-                "time": round(time.time(), 3), "iteration": iteration, "train_loss": train_loss,
-                "test_loss": test_loss, "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),
-                **(extra or {})}
+                "time": round(time.time(), 3), "iteration": iteration, "train_loss": finite(train_loss),
+                "test_loss": finite(test_loss), "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),
+                **({"diverged": True} if self.diverged else {}), **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
+
+
+def finite(x: float | None) -> float | None:
+    """A loss as the JSON files hold it: None where it is not finite (a diverged run's)."""
+    return x if x is not None and math.isfinite(x) else None

@@ -48,6 +48,8 @@ class RunSummary:
     final_loss: float | None = None   # the test loss of the checkpoint
     stalled_at_s: float | None = None  # training time at which the best accuracy had not improved for
                                        # a fifth of the training (monitor.STALL_SHARE); None: never
+    diverged_at_s: float | None = None  # training time at which the training loss first diverged
+                                        # (monitor.DIVERGE_FACTOR); None: never
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):
