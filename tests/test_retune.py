@@ -105,3 +105,43 @@ def test_a_diverging_current_setting_gives_way_and_a_diverging_candidate_never_w
     assert d.switched and d.setting == (0.3, 0.9)
     assert not decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)),
                                    (1.0, 0.9): readings((-math.inf, -math.inf))}).switched
+
+def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_path, monkeypatch):
+    """run_with_replans with the launcher and the probes faked on one clock: every launch costs
+    3.3 s and every pause's probes 2.4 s (together more than the first estimate, FIRST_COST_S), and
+    the run trains 200 s. Once a pause's probes have been measured (the launch is, from the first
+    segment on), every later pause comes only where all re-tuning by then, the restart it owes
+    included, fits in SHARE of the training. Fails if the schedule leaves out the restart a pause
+    still owes, or guesses it where a launch measured it (once: 11.4 s of 80 s, 14%)."""
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    pauses = []
+
+    def run_job(args):
+        clock["t"] += 3.3                                      # every launch, the restart after a pause too
+        end = min(args.stop_at_s, 200.0)
+        clock["t"] += end - clock["train"]
+        clock["train"] = end
+        return RunSummary(1, end >= 200.0, 200.0 if end >= 200.0 else None, None, int(end), 0.5, 0.99, None, 0.0,
+                          0.01, end, 0.0, "", "sync", 1, (int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, stalled):
+        clock["t"] += 2.4
+        pauses.append(clock["train"])
+        return spec, {"before": {}, "after": {}, "switched": False}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, iteration: spec)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
+    s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan)
+    assert s.replans == len(pauses) >= 2 and pauses[0] == pytest.approx(FIRST_COST_S / SHARE)
+    for k, at in enumerate(pauses[1:], start=2):
+        assert k * (2.4 + 3.3) <= SHARE * at + 1e-9, (k, at, pauses)

@@ -258,7 +258,8 @@ def run_id(spec: RunSpec) -> str:
 # and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
 # RETUNE_SHARE of the training time so far. A short run is never paused.
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
-FIRST_COST_S = 3.0       # one pause's cost before any was measured: the probes and a restart
+FIRST_COST_S = 3.0       # one pause's cost before any was measured: the probes and a restart,
+RESTART_S = 2.0          # of which the restart (processes forked from the server: CHANGELOG)
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -274,19 +275,24 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
     seconds of training."""
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True)
-    train_s, replans, spent_s, cost_s = _trained_s(job.resume_from), 0, 0.0, FIRST_COST_S
-    wall_before, probes_s, stalled_at_s, diverged_at_s = 0.0, 0.0, None, None
+    train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
+    probes_s, restart_s = FIRST_COST_S - RESTART_S, RESTART_S     # estimates, until measured
+    wall_before, stalled_at_s, diverged_at_s = 0.0, None, None
     while True:
-        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, spent_s, cost_s)
+        # What re-tuning has cost by the next pause: what was spent, the restart the last pause
+        # still owes (paid as this segment starts), and the next pause itself.
+        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, spent_s + owed_s,
+                                                                         probes_s + restart_s)
         # A stall pauses the run at once where a pause fits the budget.
-        stall_from_s = (spent_s + cost_s) / RETUNE_SHARE
+        stall_from_s = (spent_s + owed_s + probes_s + restart_s) / RETUNE_SHARE
         began = time.perf_counter()
         summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
-        if replans:          # this segment began with a restart after a pause
-            restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
-            spent_s, cost_s = spent_s + restart_s, probes_s + restart_s
+        # Every segment's launch costs what a restart does; after a pause, re-tuning paid it.
+        restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
+        if replans:
+            spent_s, owed_s = spent_s + restart_s, 0.0
         train_s, wall_before = summary.wall_s - summary.eval_s, summary.wall_s
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
@@ -297,7 +303,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why == "divergence" or bool(latest.get("stalled")))
         probes_s = time.perf_counter() - began
-        replans, spent_s = replans + 1, spent_s + probes_s
+        replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
                       back_to_iteration=back_at)
         spec = refit_horizon(spec, run_dir, summary.iterations)
