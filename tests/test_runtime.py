@@ -203,11 +203,13 @@ def test_the_monitor_flags_a_stall_after_a_fifth_of_the_training_without_a_bette
 
 
 def test_the_monitor_flags_a_divergence_and_keeps_the_best_checkpoint(tmp_path, monkeypatch):
-    """A fake clock, one evaluation a second, the training loss since the last one 1.0, 0.8, 0.6,
-    0.5, 0.55, then 1.2 (more than twice its lowest, 0.5: diverged), 0.9 (not), then NaN
-    (diverged). The best checkpoint is written on a new best score, at most every BEST_EVERY_S,
-    never while diverged; with diverge_stop a divergence ends the run. Fails if the rule ignores
-    STALL_EVALS, the lowest loss or a NaN, or if a diverged model is kept as the best."""
+    """A fake clock, one evaluation a second after 100 minibatches each. Their losses: noisy
+    around 1.0, 0.8, 0.6, 0.5 and 0.5 (each minibatch 0.5x or 1.5x its level, alternating: the
+    mean of an evaluation's few minibatches could read twice another's; the moving average does
+    not), then 3.0 (diverged), then 0.5 again (not), then NaN (diverged). The best checkpoint is
+    written on a new best score, at most every BEST_EVERY_S, never while diverged; with
+    diverge_stop a divergence ends the run. Fails if noise reads as a divergence, if a real one
+    or a NaN is missed, or if a diverged model is kept as the best."""
     import math
 
     import torch
@@ -221,9 +223,10 @@ def test_the_monitor_flags_a_divergence_and_keeps_the_best_checkpoint(tmp_path, 
     m.best_saver = lambda it, train_s: saved.append(it)
     model = torch.nn.Linear(1, 1)
     diverged, stops = [], []
-    for t, loss in enumerate([1.0, 0.8, 0.6, 0.5, 0.55, 1.2, 0.9, math.nan], start=1):
+    for t, level in enumerate([1.0, 0.8, 0.6, 0.5, 0.5, 3.0, 0.5, math.nan], start=1):
         clock["t"] = float(t)
-        m.record_loss(loss)
+        for k in range(100):
+            m.record_loss(level * (0.5 if k % 2 else 1.5))
         m.evaluate(model, t)
         diverged.append(m.diverged)
         m.next_eval = math.inf                   # check() only decides, evaluating nothing more

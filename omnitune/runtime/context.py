@@ -52,7 +52,8 @@ class JobArgs:
     resume_from: str | None = None     # a checkpoint to start from
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     stall_stop_from_s: float = float("inf")   # a stall at or after this much training time ends it
-    retuned: bool = False              # keep the best score's checkpoint (BEST_FILE), and end on a divergence
+    retuned: bool = False              # keep the best score's checkpoint (BEST_FILE)
+    diverge_stop: bool = False         # a divergence ends the job (re-tuning answers it)
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
     max_restarts: int = 0              # torchelastic restarts every process after a failure
     node: int = 0                      # the cluster spec's node these processes run on
@@ -129,7 +130,7 @@ class Context:
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
                           eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
                           record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s,
-                          diverge_stop=job.retuned)
+                          diverge_stop=job.diverge_stop)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
         if job.attempt > 0:
             append_jsonl(self.run_dir / "restarts.jsonl", {"attempt": job.attempt, "time": round(time.time(), 3),

@@ -274,7 +274,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     re-tuning probes and the restart of the processes after them (the next segment's wall time
     less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
     seconds of training."""
-    run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True)
+    run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
     probes_s, restart_s = FIRST_COST_S - RESTART_S, RESTART_S     # estimates, until measured
     wall_before, stalled_at_s, diverged_at_s = 0.0, None, None
@@ -312,8 +312,10 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
         plan_path = run_dir / f"plan-replan-{replans}.json"
         plan_mod.save(plan, plan_path)
-        job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path),
-                                  resume_from=str(run_dir / checkpoint.FILE))
+        # A divergence the pause found no better setting for was most likely noise: the run no
+        # longer stops for one (each stop would cost a pause, and change nothing).
+        job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path), resume_from=str(run_dir / checkpoint.FILE),
+                                  diverge_stop=job.diverge_stop and not (why == "divergence" and not record["switched"]))
     summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
                                   diverged_at_s=diverged_at_s)
     save_summary(summary, run_dir / "summary.json")

@@ -20,11 +20,16 @@ from omnitune.runtime.workload import Workload, evaluate
 # it is short of, and a lower rate (re-tuning) or a stop (--stop-on-stall) is the answer.
 STALL_SHARE = 0.2
 STALL_EVALS = 5
-# A run has diverged when its training loss since the last evaluation is not finite, or above
-# DIVERGE_FACTOR times the lowest it has been (once evaluated STALL_EVALS times): a rate too high
-# for where the run now is. Re-tuning steps in at once, from the best score's checkpoint, kept at
-# most every BEST_EVERY_S of wall time (and 20 times what the last one took to write).
+# A run has diverged when its training loss is not finite, or when its moving average (each
+# minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
+# since its first DIVERGE_WARMUP minibatches: a rate too high for where the run now is. The
+# average, not the mean between two evaluations: with evaluations every few minibatches, that
+# mean's lowest was a lucky draw, and twice it was noise (teacher-mlp: a false divergence every
+# second). Re-tuning steps in at once, from the best score's checkpoint, kept at most every
+# BEST_EVERY_S of wall time (and 20 times what the last one took to write).
 DIVERGE_FACTOR = 2.0
+DIVERGE_EMA = 0.02
+DIVERGE_WARMUP = 100
 BEST_EVERY_S = 2.0
 
 
@@ -72,7 +77,9 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
-    best_train_loss: float = float("inf")     # the lowest training loss between two evaluations
+    loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
+    lowest_average: float = float("inf")      # its lowest, past DIVERGE_WARMUP minibatches
+    minibatches: int = 0
     diverged: bool = False                    # diverged now (DIVERGE_FACTOR)
     diverged_at_s: float | None = None        # training time of the first divergence
     diverge_stop: bool = False                # a divergence ends the run (re-tuning steps in)
@@ -87,6 +94,11 @@ class Monitor:
 
     def record_loss(self, loss: float) -> None:
         self.losses.append(loss)
+        first = self.minibatches == 0 or not math.isfinite(self.loss_average)
+        self.loss_average = loss if first else (1 - DIVERGE_EMA) * self.loss_average + DIVERGE_EMA * loss
+        self.minibatches += 1
+        if self.minibatches >= DIVERGE_WARMUP and math.isfinite(self.loss_average):
+            self.lowest_average = min(self.lowest_average, self.loss_average)
 
     def due(self, iteration: int) -> bool:
         """Whether `check` at this iteration evaluates or checkpoints the model."""
@@ -121,7 +133,7 @@ class Monitor:
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
 
-    def note_score(self, score: float, train_s: float, train_loss: float | None = None) -> bool:
+    def note_score(self, score: float, train_s: float) -> bool:
         """Track the best score, whether the run has stalled (STALL_SHARE) and whether it has
         diverged (DIVERGE_FACTOR); return whether `score` is a new best."""
         better = score > self.best_score
@@ -130,11 +142,9 @@ class Monitor:
         self.stalled = self.evaluations >= STALL_EVALS and train_s - self.best_at_s >= STALL_SHARE * train_s
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
-        if train_loss is not None:
-            self.diverged = not math.isfinite(train_loss) or (
-                self.evaluations >= STALL_EVALS and train_loss > DIVERGE_FACTOR * self.best_train_loss)
-            if math.isfinite(train_loss):
-                self.best_train_loss = min(self.best_train_loss, train_loss)
+        if self.minibatches:
+            self.diverged = (not math.isfinite(self.loss_average)
+                             or self.loss_average > DIVERGE_FACTOR * self.lowest_average)
             if self.diverged and self.diverged_at_s is None:
                 self.diverged_at_s = train_s
         return better
@@ -171,7 +181,7 @@ class Monitor:
         self.evaluated_at = iteration
         if score >= self.target.score and self.time_to_target_s is None:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
-        if self.note_score(score, wall - self.eval_s, train_loss) and not self.diverged:
+        if self.note_score(score, wall - self.eval_s) and not self.diverged:
             self.keep_best(iteration, wall - self.eval_s)
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": finite(train_loss),
