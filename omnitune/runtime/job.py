@@ -277,7 +277,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
     probes_s, restart_s = FIRST_COST_S - RESTART_S, RESTART_S     # estimates, until measured
-    wall_before, stalled_at_s, diverged_at_s = 0.0, None, None
+    wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
         # still owes (paid as this segment starts), and the next pause itself.

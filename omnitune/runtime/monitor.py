@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,12 @@ from omnitune.runtime.flat import get_params, num_params
 from omnitune.runtime.workload import Workload, evaluate
 
 
-# A run is stalled while its best accuracy has not improved for this share of its training time,
-# once it has been evaluated STALL_EVALS times: waiting on would most likely not cross a target
-# it is short of, and a lower rate (re-tuning) or a stop (--stop-on-stall) is the answer.
+# A run is stalled while its median score over the latest STALL_SHARE of its training time is no
+# higher than over the STALL_SHARE before it, once it has been evaluated STALL_EVALS times: waiting
+# on would most likely not cross a target it is short of, and a lower rate (re-tuning) or a stop
+# (--stop-on-stall) is the answer. Medians of windows, not the age of the best reading: a curve that
+# climbs slowly through noise goes seconds without a new best (teacher-mlp was "stalled" at 28 s
+# of a 75 s run that climbed throughout).
 STALL_SHARE = 0.2
 STALL_EVALS = 5
 # A run has diverged when its training loss is not finite, or when its moving average (each
@@ -72,6 +76,7 @@ class Monitor:
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
     stop: tuple[int, float] | None = None     # and at the check that ended the run
+    scores: list = field(default_factory=list)     # (training time, score) of every evaluation
     best_score: float = float("-inf")
     best_at_s: float = 0.0                    # training time of the best score so far
     stalled: bool = False                     # stalled now (STALL_SHARE)
@@ -139,7 +144,8 @@ class Monitor:
         better = score > self.best_score
         if better:
             self.best_score, self.best_at_s = score, train_s
-        self.stalled = self.evaluations >= STALL_EVALS and train_s - self.best_at_s >= STALL_SHARE * train_s
+        self.scores.append((train_s, score))
+        self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
         if self.minibatches:
@@ -194,3 +200,14 @@ class Monitor:
 def finite(x: float | None) -> float | None:
     """A loss as the JSON files hold it: None where it is not finite (a diverged run's)."""
     return x if x is not None and math.isfinite(x) else None
+
+
+def rising(scores: list[tuple[float, float]], now: float) -> bool:
+    """Whether the median score over the latest STALL_SHARE of the training (to `now`) is above
+    the median over the STALL_SHARE before it (medians: one lucky reading moves neither); True
+    while either window holds no reading."""
+    recent = [x for t, x in scores if t > (1 - STALL_SHARE) * now]
+    before = [x for t, x in scores if (1 - 2 * STALL_SHARE) * now < t <= (1 - STALL_SHARE) * now]
+    if not recent or not before:
+        return True
+    return statistics.median(recent) > statistics.median(before)
