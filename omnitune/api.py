@@ -123,8 +123,8 @@ def time_config(request: PlanRequest, prof: Profile, progress: Say, config: plan
 def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions()) -> RunSummary | None:
     """Run the plan as a real distributed job: this node's processes; the coordinator's node
     returns the run's summary (measured beside predicted), the others None. With
-    `options.retune`, the run pauses to re-tune its learning rate and momentum when that costs at
-    most a tenth of its training so far (planning/retune.py)."""
+    `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum when
+    that costs at most a tenth of its training so far, and at once when it diverges (planning/retune.py)."""
     replan = partial(probe.retune, iters=options.replan_probe_iters) if options.retuning else None
     return job.run(str(plan_path), str(out_dir), options, replan)
 

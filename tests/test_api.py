@@ -50,7 +50,6 @@ def test_a_plan_request_names_the_option_it_refuses(fields, option):
     (dict(max_time_s=0), "--max-time-s"), (dict(eval_every_s=-1), "--eval-every-s"),
     (dict(checkpoint_every_s=0), "--checkpoint-every-s"), (dict(max_restarts=-1), "--max-restarts"),
     (dict(replan_every_s=0), "--replan-every-s"), (dict(replan_probe_iters=0), "--replan-probe-iters"),
-    (dict(stop_on_stall=True, retune=True), "--stop-on-stall"),
     (dict(stop_on_stall=True, replan_every_s=1.0), "--stop-on-stall"),
 ])
 def test_run_options_name_the_option_they_refuse(fields, option):

@@ -108,11 +108,10 @@ def test_a_diverging_current_setting_gives_way_and_a_diverging_candidate_never_w
 
 def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_path, monkeypatch):
     """run_with_replans with the launcher and the probes faked on one clock: every launch costs
-    3.3 s and every pause's probes 2.4 s (together more than the first estimate, FIRST_COST_S), and
-    the run trains 200 s. Once a pause's probes have been measured (the launch is, from the first
-    segment on), every later pause comes only where all re-tuning by then, the restart it owes
-    included, fits in SHARE of the training. Fails if the schedule leaves out the restart a pause
-    still owes, or guesses it where a launch measured it (once: 11.4 s of 80 s, 14%)."""
+    RESTART_S and every pause's probes 2.4 s (together more than the first estimate, FIRST_COST_S),
+    and the run trains 200 s. Once a pause's probes have been measured, every later pause comes
+    only where all re-tuning by then, the restart it owes included, fits in SHARE of the training.
+    Fails if the schedule leaves out the restart a pause still owes (once: 11.4 s of 80 s, 14%)."""
     from dataclasses import replace
 
     from omnitune.core import plan as plan_mod
@@ -125,7 +124,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     pauses = []
 
     def run_job(args):
-        clock["t"] += 3.3                                      # every launch, the restart after a pause too
+        clock["t"] += job.RESTART_S                            # every launch, the restart after a pause too
         end = min(args.stop_at_s, 200.0)
         clock["t"] += end - clock["train"]
         clock["train"] = end
@@ -144,4 +143,4 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan)
     assert s.replans == len(pauses) >= 2 and pauses[0] == pytest.approx(FIRST_COST_S / SHARE)
     for k, at in enumerate(pauses[1:], start=2):
-        assert k * (2.4 + 3.3) <= SHARE * at + 1e-9, (k, at, pauses)
+        assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)

@@ -221,13 +221,14 @@ def run(
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
                                       "probe stopped"),
-    retune: bool = typer.Option(False, help="pause to re-tune lr and momentum from a checkpoint whenever that "
-                                "costs at most a tenth of the training so far (Omnivore's epochs); off by "
-                                "default: as built it makes runs slower (benchmarks.retune)"),
+    retune: bool = typer.Option(True, "--retune/--no-retune", help="pause to re-tune lr and momentum from a "
+                                "checkpoint whenever that costs at most a tenth of the training so far "
+                                "(Omnivore's epochs), and at once from the best checkpoint when the run "
+                                "diverges; --no-retune runs the plan as it is"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
-    stop_on_stall: bool = typer.Option(False, help="without re-tuning, end the run once its best accuracy has "
-                                       "not improved for a fifth of its training"),
+    stop_on_stall: bool = typer.Option(False, help="instead of re-tuning, end the run once the latest fifth of "
+                                       "its training reads no better than the fifth before"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
@@ -307,7 +308,7 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.diverged_at_s is not None:
         out.print(f"diverged at {summary.diverged_at_s:.1f}s of training: its training loss rose to twice its "
                   "lowest or more" + (", and re-tuning went on from the best checkpoint" if summary.replans else
-                                      " (--retune goes on from the best checkpoint at a lower rate)"))
+                                      " (re-tuned, without --no-retune, it goes on from the best checkpoint)"))
     if not summary.reached_target:
         raise typer.Exit(1)
 

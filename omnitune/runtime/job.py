@@ -51,8 +51,8 @@ class RunOptions:
     checkpoint_every_s: float | None = None   # checkpoint every this many seconds of training
     max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
     node_rank: int | None = None              # which node of a plan on several nodes this is
-    retune: bool = False                      # re-tune lr and momentum during the run (see `retuning`)
-    stop_on_stall: bool = False               # without re-tuning, end a run that stalls (monitor.STALL_SHARE)
+    retune: bool = True                       # re-tune lr and momentum during the run (see `retuning`)
+    stop_on_stall: bool = False               # instead of re-tuning, end a run that stalls (monitor.STALL_SHARE)
 
     def __post_init__(self) -> None:
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
@@ -62,15 +62,15 @@ class RunOptions:
         for name, least in (("max_restarts", 0), ("replan_probe_iters", 1)):
             if getattr(self, name) < least:
                 raise UserError(f"{option(name)} must be at least {least}, got {getattr(self, name)}")
-        if self.stop_on_stall and self.retuning:
+        if self.stop_on_stall and self.replan_every_s is not None:
             raise UserError("--stop-on-stall ends a run that stalls, which re-tuning answers instead: "
-                            "drop --retune and --replan-every-s")
+                            "drop --replan-every-s")
 
     @property
     def retuning(self) -> bool:
-        """Whether the run pauses to re-tune: asked for, or given a period. Off by default: as built,
-        re-tuning makes runs slower (benchmarks.retune)."""
-        return self.retune or self.replan_every_s is not None
+        """Whether the run pauses to re-tune: by default (unless --no-retune, or --stop-on-stall,
+        which ends a stalled run instead), or every --replan-every-s."""
+        return self.retune and not self.stop_on_stall or self.replan_every_s is not None
 
 
 def option(field: str) -> str:
@@ -258,8 +258,8 @@ def run_id(spec: RunSpec) -> str:
 # and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
 # RETUNE_SHARE of the training time so far. A short run is never paused.
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
-FIRST_COST_S = 3.0       # one pause's cost before any was measured: the probes and a restart,
-RESTART_S = 2.0          # of which the restart (processes forked from the server: CHANGELOG)
+FIRST_COST_S = 4.5       # one pause's cost before any was measured: the probes and a restart,
+RESTART_S = 3.0          # of which the restart (teacher-mlp here: probes 1.1-1.8 s, restarts about 3 s)
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -289,23 +289,21 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
-        # Every segment's launch costs what a restart does; after a pause, re-tuning paid it.
-        restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
-        if replans:
+        if replans:          # this segment began with a restart after a pause
+            restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
             spent_s, owed_s = spent_s + restart_s, 0.0
         train_s, wall_before = summary.wall_s - summary.eval_s, summary.wall_s
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
         began = time.perf_counter()
         latest = (readings(run_dir) or [{}])[-1]
-        why = ("divergence" if latest.get("diverged") else
-               "stall" if summary.stalled_at_s is not None and train_s < stop_s - 1e-6 else "schedule")
+        why = "divergence" if latest.get("diverged") else "stall" if latest.get("stalled") else "schedule"
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why == "divergence" or bool(latest.get("stalled")))
         probes_s = time.perf_counter() - began
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
-                      back_to_iteration=back_at)
+                      back_to_iteration=back_at, launch_s=restart_s)
         spec = refit_horizon(spec, run_dir, summary.iterations)
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
