@@ -303,7 +303,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         probes_s = time.perf_counter() - began
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
-                      back_to_iteration=back_at, launch_s=restart_s)
+                      back_to_iteration=back_at, restart_s=restart_s)
         spec = refit_horizon(spec, run_dir, summary.iterations)
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
