@@ -217,8 +217,8 @@ def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int) -> tuple[
     scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
     samples; the current setting and the challenger (retune.challenger) are read again on other
     batches, which measures the noise; the run switches only beyond it on both losses, to a lower
-    rate only when `stalled`, and cools its rate where that reaches the target (retune.decide). Returns the re-tuned spec and a record of what was tried and decided,
-    for replans.jsonl."""
+    rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
+    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
     train, test = wl.build_datasets(spec.data_dir, spec.seed)

@@ -281,10 +281,10 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
         # still owes (paid as this segment starts), and the next pause itself.
-        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, spent_s + owed_s,
-                                                                         probes_s + restart_s)
+        before_s, cost_s = spent_s + owed_s, probes_s + restart_s
+        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
         # A stall pauses the run at once where a pause fits the budget.
-        stall_from_s = (spent_s + owed_s + probes_s + restart_s) / RETUNE_SHARE
+        stall_from_s = (before_s + cost_s) / RETUNE_SHARE
         began = time.perf_counter()
         summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s

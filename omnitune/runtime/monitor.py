@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,7 @@ class Monitor:
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
     stop: tuple[int, float] | None = None     # and at the check that ended the run
-    scores: list = field(default_factory=list)     # (training time, score) of every evaluation
+    scores: deque = field(default_factory=deque)   # (training time, score) of the evaluations `rising` reads
     best_score: float = float("-inf")
     best_at_s: float = 0.0                    # training time of the best score so far
     stalled: bool = False                     # stalled now (STALL_SHARE)
@@ -145,6 +146,8 @@ class Monitor:
         if better:
             self.best_score, self.best_at_s = score, train_s
         self.scores.append((train_s, score))
+        while self.scores[0][0] <= (1 - 2 * STALL_SHARE) * train_s:     # older than both windows, for good
+            self.scores.popleft()
         self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
@@ -202,7 +205,7 @@ def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def rising(scores: list[tuple[float, float]], now: float) -> bool:
+def rising(scores, now: float) -> bool:
     """Whether the median score over the latest STALL_SHARE of the training (to `now`) is above
     the median over the STALL_SHARE before it (medians: one lucky reading moves neither); True
     while either window holds no reading."""
