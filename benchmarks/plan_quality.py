@@ -1,6 +1,6 @@
 """Do omnitune's plans win? The plan against an oracle grid and a user's default, in real runs.
 
-    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]] [--seeds N]
+    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]] [--seeds N] [--small-budget-s S]
 
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
@@ -165,10 +165,13 @@ def describe(c: Config) -> dict:
             "momentum": c.momentum}
 
 
-def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None, seeds=SEEDS) -> dict:
+def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None, seeds=SEEDS,
+          small_s: float | None = None) -> dict:
     """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
     again, keep the screening, and measure the plan beside the previous finalists in this session;
-    the default and finalists are kept too where they missed the cap in every run (their time is the cap)."""
+    the default and finalists are kept too where they missed the cap in every run (their time is the cap).
+    With `small_s`, a second plan per seed, its search held to `small_s` seconds (`plan --budget-s`),
+    runs beside the others: what a pre-run plan of that size costs in the run."""
     start = time.perf_counter()
     prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
     profile_s = time.perf_counter() - start
@@ -176,6 +179,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     profile_mod.save(prof, prof_path)
     seeds = seeds[:1] if quick else seeds
     plans = {seed: planned_with(prof, prof_path, name, b, seed, work) for seed in seeds}
+    small = {} if small_s is None else {seed: planned_with(prof, prof_path, name, b, seed, work, small_s)
+                                        for seed in seeds}
     first = plans[seeds[0]]
     plan, found, prober = first["plan"], first["found"], first["prober"]
     planning_s = statistics.median(p["spent_s"] for p in plans.values())
@@ -198,10 +203,12 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
+             **({"small": {seed: p["path"] for seed, p in small.items()}} if small else {}),
              "default": fixed_spec(prof, name, b.goal, default_config(prof, b)),
              **{f"best{k}": fixed_spec(prof, name, b.goal, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
-                       seeds)
+                       seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
+                                                                  f"{'' if r['reached'] else ' (missed)'}", flush=True))
     result = {tag: kept.get(tag) or done[f"{name}-{tag}"] for tag in specs}
     planned, default = result["plan"], result["default"]
     finalists = [{**describe(s["config"]), **result[f"best{k}"]} for k, s in enumerate(ranked)]
@@ -247,22 +254,38 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                                                                  [describe_plan(p["plan"]) for p in plans.values()])),
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
+        **(small_row(small, result["small"], planned, planning_s, small_s) if small else {}),
     }
 
 
-def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path) -> dict:
+def small_row(small: dict, measured: dict, planned: dict, full_planning_s: float, budget_s: float) -> dict:
+    """The smaller pre-run plans' figures, beside the full plan's: what they chose, their own cost
+    and their time to target, re-tuned during the run as the full plan's were."""
+    planning_s = statistics.median(p["spent_s"] for p in small.values())
+    return {"small": {"budget_s": budget_s, "planning_s": planning_s, **measured,
+                      "per_seed": [{"seed": seed, **describe_plan(p["plan"]), "spent_s": p["spent_s"],
+                                    "probes": p["plan"].planning.probes, "log": p["log"]}
+                                   for seed, p in small.items()]},
+            "small_time_to_target_s": measured["median_s"], "small_planning_s": planning_s,
+            "small_over_plan": measured["median_s"] / planned["median_s"],
+            # the user's whole wait (planning's own cost and the run) of the smaller plan over the full plan's
+            "small_total_over_plan_total": (planning_s + measured["median_s"]) / (full_planning_s + planned["median_s"])}
+
+
+def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path,
+                 budget_s: float | None = None) -> dict:
     """omnitune's own plan with this seed (its probes' and its run's), timed, and the checkpoint of
     its chosen probe that the run starts from. `spent_s` is planning's own cost: its wall time less
-    the training it hands on, which the run's clock counts."""
+    the training it hands on, which the run's clock counts. `budget_s`: as `plan --budget-s`."""
     start = time.perf_counter()
     wl = workload.load(name)
     prober = make_prober(wl, None, b.goal, seed=seed)
     log: list[str] = []                 # the search's own account, kept in the results
-    found = planning.search(prof, planning.Space().for_optimizer(wl.recipe.optimizer), prober,
-                             log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
+    found = planning.search(prof, planning.Space().for_recipe(wl.recipe), prober,
+                             budget_s=budget_s, log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
     plan = planning.build_plan(found, prof, str(prof_path), name, None, b.goal, seed,
                                 datetime.now(timezone.utc).isoformat())
-    path = work / f"{name}-plan-s{seed}.json"
+    path = work / f"{name}-plan{'' if budget_s is None else f'-small{budget_s:g}'}-s{seed}.json"
     plan = hand_on(plan, prober, path)
     wall_s = time.perf_counter() - start
     spent_s = wall_s - plan.planning.handed_on_s
@@ -331,6 +354,8 @@ def main() -> None:
     parser.add_argument("--replan", action="store_true", help="with --only, after a change to the planner: "
                         "profile and plan again and measure the plan beside the last run's finalists, keeping "
                         "its screening (and its default and finalists where they missed the cap in every run)")
+    parser.add_argument("--small-budget-s", type=float, help="also run, beside the plan, a plan per seed whose "
+                        "search is held to this many seconds (plan --budget-s), re-tuned during its run alike")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"repeats of the plan, the grid's best "
                         f"{BEST_OF_GRID} and the default, with seeds 1 to this (default {len(SEEDS)})")
     args = parser.parse_args()
@@ -348,12 +373,14 @@ def main() -> None:
             if args.replan and previous is None:
                 parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
             rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous,
-                                                                   tuple(range(1, args.seeds + 1)))]
+                                                                   tuple(range(1, args.seeds + 1)),
+                                                                   args.small_budget_s)]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
             "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "retune_frac", "default_over_plan",
-            "repeats"]
+            "repeats"] + (["small_planning_s", "small_over_plan", "small_total_over_plan_total"]
+                          if any("small" in r for r in rows) else [])
     print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.10, default/plan >= 2, "
                "overhead <= 0.10)", rows, cols)
     holds = [h for r in rows for h in r["band_holds"]]

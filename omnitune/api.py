@@ -93,7 +93,7 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
                                 request.study_name(prof.measured_at, len(prof.devices)))
     if fleet:
         progress(f"simulating every configuration on {fleet.nodes} nodes")
-    space = request.space().for_optimizer(wl.recipe.optimizer)
+    space = request.space().for_recipe(wl.recipe)
     found = planning.search(prof, space, prober, max_probe_iters=request.probe_iters,
                             budget_s=request.budget_s, study=study, log=progress,
                             hardware=fleet.hardware if fleet else planning.profiled(prof, request.hardware_model),

@@ -36,6 +36,7 @@ def test_the_readme_example_profiles_plans_and_runs(tmp_path):
     (dict(groups=0), "--groups"),
     (dict(lr=0.0), "--lr"),
     (dict(momentum=1.0), "--momentum"),
+    (dict(weight_decay=-0.1), "--weight-decay"),
     (dict(budget_s=-1.0), "--budget-s"),
     (dict(hardware_model="guess"), "--hardware-model"),
     (dict(cluster="c.yaml"), "one of --profile"),

@@ -34,9 +34,12 @@ def test_budget_override_wins_and_spent_scouts_leave_no_probes():
     assert spent.probes == 0
 
 
-def test_unknown_training_time_gets_a_default_budget():
+def test_unknown_training_time_gets_a_fixed_budget_of_a_full_search():
+    """A long job's pre-run search stays small (the run re-tunes), but it is a full search, not
+    the quick one of a job too small for one."""
     b = budget.plan_budget(None, scouts_s=2.0)
-    assert b.seconds > budget.SMALL_BUDGET_S and "could not predict" in b.reason
+    assert b.seconds == budget.UNKNOWN_BUDGET_S <= 6.0 and b.full and "could predict" in b.reason
+    assert b.probes == 8 and b.probe_s == budget.MIN_PROBE_S
 
 
 def test_evaluations_stay_a_small_share_of_a_probe():
@@ -52,3 +55,14 @@ def test_a_high_target_is_probed_on_more_of_the_test_set():
     assert budget.probe_test_size(0.95, 5000) == 1000                 # 50 errors at 5%
     assert budget.probe_test_size(0.985, 2000) == 2000                # teacher-mlp: its whole test set
     assert budget.probe_test_size(0.9, 300) == 300                    # never more than there is
+
+
+def test_where_a_step_is_slow_the_budget_with_no_prediction_buys_a_few_probes():
+    """charlm-stdlib steps in 73 ms: 6 s bought three 20-iteration probes. The budget with no
+    prediction buys UNKNOWN_PROBES of them; a fast step leaves it at 6 s, and a prediction or an
+    override ignores the floor."""
+    slow = budget.plan_budget(None, 0.0, least_s=budget.least_probing(0.0735))
+    assert slow.seconds == pytest.approx(budget.UNKNOWN_PROBES * 20 * 0.0735) and slow.probes >= budget.UNKNOWN_PROBES
+    assert budget.plan_budget(None, 0.0, least_s=budget.least_probing(0.001)).seconds == budget.UNKNOWN_BUDGET_S
+    assert budget.plan_budget(100.0, 0.0, least_s=50.0).seconds == pytest.approx(10.0)
+    assert budget.plan_budget(None, 0.0, override_s=3.0, least_s=50.0).seconds == 3.0

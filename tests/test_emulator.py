@@ -255,3 +255,21 @@ def test_a_measured_histogram_is_sampled():
     for _ in range(20):
         emu.step()
     assert set(emu.staleness) <= {0, 1, 2} and emu.staleness[2] >= 17 and math.isclose(emu.mean_staleness, 2, abs_tol=0.3)
+
+
+@pytest.mark.parametrize("variant, batches", [(Sync(), ((8, 8),)), (Groups(g=2), ((4,), (4,)))])
+def test_a_probes_own_weight_decay_replaces_the_recipes(variant, batches):
+    """A plan may choose another weight decay than the recipe's (ProbeConfig.weight_decay): a probe
+    at it steps as the recipe with that decay does, on the workers' update and the server's alike;
+    without it, at the recipe's own, the steps differ."""
+    cfg = config("adamw", variant, batches)
+    want = emulated(cfg, "adamw")                                     # the recipe's decay, 0.1
+    heavy = replace(WL, recipe=replace(ADAMW, weight_decay=3.0))
+
+    def trained(c: ProbeConfig) -> np.ndarray:
+        emu = emulator(heavy, TRAIN, c, SEED, horizon=HORIZON)
+        for _ in range(STEPS):
+            emu.step()
+        return emu.current_model().w.detach().double().numpy()
+    np.testing.assert_allclose(trained(replace(cfg, weight_decay=ADAMW.weight_decay)), want[-1], rtol=1e-4, atol=1e-5)
+    assert not np.allclose(trained(cfg), want[-1], rtol=1e-3, atol=1e-4)

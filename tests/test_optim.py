@@ -153,3 +153,10 @@ def test_the_schedule_warms_up_then_decays_to_its_floor():
     assert r.lr_factor(10, 100) == 1.0 and math.isclose(r.lr_factor(55, 100), 0.6)
     assert r.lr_factor(100, 100) == r.lr_factor(500, 100) == pytest.approx(0.2)
     assert r.lr_factor(7, 0) == Recipe().lr_factor(50, 100) == 1.0      # no horizon, or constant
+
+
+def test_a_recipes_weight_decays_are_its_own_then_a_decade_either_side():
+    """What the planner compares (Space.for_recipe): none where the recipe has no decay."""
+    r = Recipe(optimizer="adamw", weight_decay=0.1)
+    assert r.decays() == (0.1, 0.01, 1.0) and Recipe().decays() == ()
+    assert r.decayed(None) is r and r.decayed(0.5).weight_decay == 0.5 and r.decayed(0.0).optimizer == "adamw"

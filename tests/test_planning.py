@@ -6,6 +6,7 @@ import pytest
 from omnitune import planning
 from omnitune.core.errors import UserError
 from omnitune.core.profile import Calibration
+from omnitune.core.recipe import Recipe
 from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
 from omnitune.efficiency import balance
 from omnitune.efficiency.perfmodel import PerfModel
@@ -76,9 +77,8 @@ def test_batches_are_compared_before_the_rate_is_refined(sample_profile):
 
 def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile, monkeypatch):
     """Each probe trains the iterations its share of the budget buys at its setup's probe cost
-    (every replica's compute, in one process): SCOUT_S for the scouts (the decades at the
-    reference setup), then the budget's probe_s, set from the best predicted time so far and the
-    time spent (a fake clock: 50 ms a probe). It never trains more iterations than could still
+    (every replica's compute, in one process): the budget's probe_s, set from the best predicted
+    time so far (none before the first probe) and the time spent (a fake clock: 50 ms a probe). It never trains more iterations than could still
     beat the best time so far at its setup's seconds per iteration. The candidates rank by time
     to target, those with none after.
 
@@ -101,8 +101,7 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile, monkeypa
     best, by_budget, by_beat = math.inf, 0, 0
     for i, ((cfg, cap), t) in enumerate(zip(prober.calls, starts)):
         s = setups[cfg.variant, cfg.batches]
-        share = budget.SCOUT_S if i < len(scouts) else \
-            budget.plan_budget(None if math.isinf(best) else best, t).probe_s
+        share = budget.plan_budget(None if math.isinf(best) else best, t).probe_s
         buys = max(budget.MIN_PROBE_ITERS, int(share / s.probe_sec_per_iter))
         beat = math.inf if math.isinf(best) else int(best / s.sec_per_iter)
         assert cap == min(buys, beat), (i, cfg, cap, buys, beat)
@@ -225,7 +224,8 @@ def test_budget_stops_probing(sample_profile):
 @pytest.mark.parametrize("budget_s", [None, 2.0])
 def test_a_probe_that_would_overrun_the_budget_is_not_started(sample_profile, monkeypatch, budget_s):
     """Probes take the time the profile predicts (a fake clock): planning ends within its budget,
-    the scouts' fixed one included, instead of starting a last probe just before it runs out."""
+    the fixed one no prediction gives included, instead of starting a last probe just before it
+    runs out."""
     clock = {"t": 0.0}
     monkeypatch.setattr(planning.phases.Spending, "elapsed", lambda self: clock["t"])
     cost = {}
@@ -238,7 +238,7 @@ def test_a_probe_that_would_overrun_the_budget_is_not_started(sample_profile, mo
         loss = 1.0 + abs(math.log10(cfg.lr / 0.1))
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters)
-    found = planning.search(sample_profile, planning.Space(protocols=("sync",)), slow, budget_s=budget_s)
+    found = planning.search(sample_profile, planning.Space(), slow, budget_s=budget_s)
     assert found.planning.probes >= 1 and clock["t"] <= found.planning.budget_s
     assert any("budget" in s.note for s in found.scored)
 
@@ -695,3 +695,50 @@ def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_
     again = next(s for s in found.scored if s.config == leader.config)
     assert again.probe.iters == retrained[1] and again.sec_per_iter == pytest.approx(3 * leader.sec_per_iter)
     assert found.scored[0].config != leader.config
+
+
+class DecayProber(FakeProber):
+    """FakeProber whose iterations also grow with the distance (in decades) of the weight decay
+    from `best` (None: the decay leaves them alone)."""
+
+    def __init__(self, best: float | None):
+        super().__init__()
+        self.best = best
+
+    def __call__(self, cfg, max_iters, max_seconds=30.0, on_eval=lambda it, acc: False, evals=16):
+        r = super().__call__(cfg, max_iters, max_seconds, on_eval, evals)
+        wd = 0.1 if cfg.weight_decay is None else cfg.weight_decay          # the recipe's is 0.1
+        if self.best is None or r.iters_to_target is None:
+            return r
+        iters = r.iters_to_target * (1 + abs(math.log10(wd / self.best)))
+        return dataclasses.replace(r, iters_to_target=iters, reached=iters <= max_iters)
+
+
+def decay_space(**pins):
+    return planning.Space(protocols=("sync",), **pins).for_recipe(Recipe(optimizer="sgd", weight_decay=0.1))
+
+
+def test_a_recipes_weight_decay_is_compared_on_a_coarse_grid_and_the_winner_kept(sample_profile):
+    prober = DecayProber(best=0.01)
+    found = planning.search(sample_profile, decay_space(), prober)
+    decays = [c.weight_decay for c, _ in prober.calls]
+    assert decays[:4] == [None] * 4                                 # the decades at the recipe's decay
+    assert set(decays[4:6]) == {0.01, 1.0}                          # then the grid, at the best decade's rate
+    assert all(wd == 0.01 for wd in decays[6:]) and len(decays) > 6  # and every later probe at the winner
+    plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    assert plan.spec.weight_decay == 0.01 and plan.candidates[0].weight_decay == 0.01
+
+
+def test_a_weight_decay_that_does_not_beat_the_recipes_leaves_it(sample_profile):
+    prober = DecayProber(best=None)
+    found = planning.search(sample_profile, decay_space(), prober)
+    assert sum(c.weight_decay is not None for c, _ in prober.calls) == 2      # the grid's two others, once each
+    plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
+    assert plan.spec.weight_decay is None                                      # the recipe's: a tie is no reason
+
+
+def test_a_pinned_weight_decay_is_every_probes(sample_profile):
+    prober = DecayProber(best=0.01)
+    found = planning.search(sample_profile, decay_space(decays=(0.5,)), prober)
+    assert {c.weight_decay for c, _ in prober.calls} == {0.5}
+    assert found.scored[0].config.weight_decay == 0.5

@@ -324,3 +324,18 @@ def test_an_adamw_run_resumes_its_state(tmp_path):
     job.run_spec(spec, str(run_dir), max_time_s=60, resume=True, max_iters=50)
     again = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert again["iteration"] == 50 and float(again["optimizer"]["state"][0]["step"]) == 50
+
+
+def test_a_plans_own_weight_decay_is_the_runs(tmp_path):
+    """A plan's weight decay (RunSpec.weight_decay, chosen over the recipe's 0.01) is what every
+    step applies: 10 AdamW steps at lr 1e-3 with decay 50 shrink the weights by about 40%, which
+    the recipe's own decay does not."""
+    from tests.conftest import make_spec
+
+    def norm(weight_decay, name):
+        spec = make_spec("sync", [["cpu0"]], workload=ADAMW, lr=1e-3, target=None, target_loss=0.01,
+                         weight_decay=weight_decay)
+        job.run_spec(spec, str(tmp_path / name), max_time_s=60, max_iters=10)
+        model = torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"]
+        return float(torch.linalg.vector_norm(torch.cat([v.flatten() for k, v in model.items() if "weight" in k])))
+    assert norm(50.0, "heavy") < 0.8 * norm(None, "recipes")

@@ -104,6 +104,8 @@ def plan(
     batch_size: Optional[int] = typer.Option(None, help="pin the batch size per device"),
     lr: Optional[float] = typer.Option(None, help="pin the learning rate"),
     momentum: Optional[float] = typer.Option(None, help="pin the explicit momentum"),
+    weight_decay: Optional[float] = typer.Option(None, help="pin the weight decay (default: the recipe's, "
+                                                 "compared with a decade either side of it where it has one)"),
     seed: int = typer.Option(0),
     probe_iters: int = typer.Option(100_000, help="most iterations one probe may train"),
     budget_s: Optional[float] = typer.Option(None, help="most seconds to spend on probes (default: sized to "
@@ -122,7 +124,7 @@ def plan(
     try:
         request = PlanRequest(workload, target_accuracy, profile_path, cluster, out_path, data_dir, protocol, groups,
                               batch_size, lr, momentum, seed, probe_iters, budget_s, predict_s, hardware_model,
-                              time_finalists, target_loss)
+                              time_finalists, target_loss, weight_decay)
         with console.status("planning…") as status:
             result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
                               notice=lambda m: console.print(m, highlight=False))
@@ -138,7 +140,8 @@ def _render_plan(result, out_path: Path) -> None:
     p, spec = result.prediction, result.spec
     chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
              f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
-             f"(implicit {result.implicit_momentum:.2f})")
+             f"(implicit {result.implicit_momentum:.2f})"
+             + ("" if spec.weight_decay is None else f", weight decay {spec.weight_decay:g}"))
     if result.planning and result.planning.ranked_by == planning.ranking.RANKED_BY_LOSS:
         when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
                 if p.time_to_target_s is None else
@@ -192,10 +195,13 @@ def _batches(batch_size: dict[str, int]) -> str:
 
 def _candidates_table(result, rows: int = 12) -> Table:
     table = Table(title=f"candidates (best {min(rows, len(result.candidates))} of {len(result.candidates)})")
-    for col in ("layout", "protocol", "g", "batch", "lr", "mom.", "impl.", "ms/iter", "iters", "time (s)", "probe"):
+    decays = any(c.weight_decay is not None for c in result.candidates)     # a column only where one was chosen
+    for col in ("layout", "protocol", "g", "batch", "lr", "mom.", *(("wd",) if decays else ()), "impl.", "ms/iter",
+                "iters", "time (s)", "probe"):
         table.add_column(col, justify="right")
     for c in result.candidates[:rows]:
-        table.add_row(c.layout, c.variant.label, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}",
+        wd = (("recipe's" if c.weight_decay is None else f"{c.weight_decay:g}",) if decays else ())
+        table.add_row(c.layout, c.variant.label, str(c.groups), str(c.batch_size), f"{c.lr:g}", f"{c.momentum:g}", *wd,
                       f"{c.implicit_momentum:.2f}", f"{c.sec_per_iter * 1e3:.2f}",
                       _iters(c),
                       "-" if c.time_to_target_s is None else f"{c.time_to_target_s:.2f}", c.note)

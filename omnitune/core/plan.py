@@ -51,6 +51,7 @@ class Candidate:
     note: str = ""
     iters_band: tuple[float, ...] = ()   # band on iters_to_target (statmodel): (low, high), or (low,) with no top
     model_sec_per_iter: float | None = None   # the model's figure, where a real job timed sec_per_iter
+    weight_decay: float | None = None         # over the workload recipe's (None: the recipe's)
 
     def __post_init__(self):
         times = (self.sec_per_iter, self.iters_to_target, self.time_to_target_s)

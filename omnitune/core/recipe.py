@@ -21,13 +21,14 @@ horizon (probes, calibration jobs) the rate is constant.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from omnitune.core.errors import UserError
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("constant", "cosine")
 PRECISIONS = ("fp32", "bf16")
+DECAY_STEPS = (1.0, 0.1, 10.0)   # the planner's coarse grid of weight decays, times the recipe's (its own first)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,15 @@ class Recipe:
             if not ok:
                 want = " or ".join(map(repr, allowed[name])) if name in allowed else _RANGES[name]
                 raise ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
+
+    def decays(self) -> tuple[float, ...]:
+        """The weight decays the planner compares, the recipe's own first: a coarse grid a decade
+        either side of it; none to compare where the recipe has no decay (the user chose none)."""
+        return tuple(float(f"{self.weight_decay * f:.3g}") for f in DECAY_STEPS) if self.weight_decay else ()
+
+    def decayed(self, weight_decay: float | None) -> "Recipe":
+        """This recipe with a run's own weight decay (a plan's choice); None keeps the recipe's."""
+        return self if weight_decay is None else replace(self, weight_decay=weight_decay)
 
     def lr_factor(self, iteration: int, horizon: int) -> float:
         """The share of the learning rate at `iteration` (from 0) of a run whose schedule spans

@@ -23,6 +23,7 @@ class RunSpec:
     momentum: float                            # explicit; the runtime's own update takes any in (-1, 1)
     seed: int = 0
     horizon: int = 0                           # iterations the recipe's schedule spans (0: a constant rate)
+    weight_decay: float | None = None          # the plan's choice over the recipe's (None: the recipe's)
     target_accuracy: float | None = None       # stop on reaching it; None: train for the time allowed
     target_loss: float | None = None           # or stop on a test loss at or below it
     rendezvous: str = f"{LOOPBACK}:0"          # c10d rendezvous host:port; port 0 = pick a free one
@@ -48,6 +49,8 @@ class RunSpec:
         if set(self.batch_size) != set(ids) or min(self.batch_size.values()) < 1:
             raise ValueError(f"batch_size needs a value >= 1 for each device {ids}")
         endpoint(self.rendezvous)
+        if self.weight_decay is not None and not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay}")
         if self.horizon < 0:
             raise ValueError(f"horizon must be at least 0, got {self.horizon}")
         if self.server_node < 0:

@@ -222,6 +222,7 @@ class ProbeConfig:
     # Server protocols: the measured staleness histogram to sample (staleness[t] gradients t
     # updates old), from the profile's calibration job; empty: the schedule of equal speeds.
     staleness: tuple[int, ...] = ()
+    weight_decay: float | None = None        # over the workload recipe's (None: the recipe's)
 
     def __post_init__(self):
         if not self.batches or any(not g or min(g) < 1 for g in self.batches):

@@ -1,21 +1,24 @@
 """How much planning a job deserves. Pure: no torch, no clock.
 
-Omnivore spends about 10% of training on its optimizer (Hadjis et al. 2016, §4). `plan` first
-scouts: the cold start's decade probes, SCOUT_S each, predict the training time of the best
-configuration found so far. That prediction sets the budget for the rest of the search:
+Omnivore spends about 10% of training on its optimizer (Hadjis et al. 2016, §4). Until a probe
+predicts a time to target, the budget is a fixed UNKNOWN_BUDGET_S, shared by probes of
+MIN_PROBE_S or more. Once one predicts the training time of the best configuration found so far,
+that prediction sets the budget for the rest of the search:
 
-    planning (scouts included) <= FRACTION × predicted training time
+    planning (the first probes included) <= FRACTION × predicted training time
 
 and, within it, how many probes run and how long each may train. A job predicted to train for
 less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the whole `plan`
-(datasets and scouts included) ends within about 15 s, and the table says the job was too small
-for a full search. When no scout can predict (a long job: its curve has barely left chance), the
-budget is a fixed UNKNOWN_BUDGET_S, and the search ranks configurations by training loss after
-equal training time instead; the leaders of the two best setups then train on past the budget
-(final.FINALISTS), and the winner's training is handed on to the run, not spent.
-`--budget-s` overrides all of this. A probe that would end past the
-budget, by the profile's step times, is not started (scouts included: on a large simulated fleet
-one probe takes seconds).
+(datasets included) ends within about 15 s, and the table says the job was too small for a full
+search. When no probe of the cold start's decades can predict (a long job: its curve has barely
+left chance), the budget stays UNKNOWN_BUDGET_S, and the search ranks configurations by training
+loss after equal training time instead; the leaders of the two best setups then train on past the
+budget (final.FINALISTS), and the winner's training is handed on to the run, not spent. That
+budget is small because the run re-tunes as it goes (runtime/job.py): on teacher-mlp (5 seeds,
+benchmarks.plan_quality --small-budget-s 6) a 6 s search lost nothing in the run against a 15 s
+one, and cost 7 s of planning against 16. `--budget-s` overrides all of this. A probe that would
+end past the budget, by the profile's step times, is not started (on a large simulated fleet one
+probe takes seconds).
 
 A probe's test evaluations are budgeted too (`evaluations`): on a large model one costs as much as
 many training steps.
@@ -30,9 +33,10 @@ FRACTION = 0.10          # planning's share of the predicted training time
 SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
 SMALL_BUDGET_S = 6.0     # a quick search's probing, scouts included
 SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
-SCOUT_S = 1.5            # each scout probe trains about this long
-SCOUT_ITERS = 40         # and the reference setup lets it train at least this many iterations
-UNKNOWN_BUDGET_S = 15.0  # the budget, scouts included, when no scout can predict the training time
+SCOUT_S = 1.5            # its reference setup is one where this long trains
+SCOUT_ITERS = 40         # at least this many iterations
+UNKNOWN_BUDGET_S = 6.0   # the budget while no probe can predict the training time,
+UNKNOWN_PROBES = 8       # or enough for this many of the shortest probes where a step is slow
 MIN_PROBE_S = 0.5        # shorter probes say nothing about a learning rate
 MIN_PROBE_ITERS = 20     # nor do fewer iterations
 GUARD = 3.0              # a probe stops at this many times its seconds, if the profile misjudged its speed
@@ -72,18 +76,25 @@ class Budget:
                 "reason": self.reason}
 
 
-def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: float | None = None) -> Budget:
-    """The budget for probing, given the scouts' predicted training time of the best configuration
-    so far (None: the scouts could not predict one) and the seconds the scouts already spent.
+def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: float | None = None,
+                least_s: float = 0.0) -> Budget:
+    """The budget for probing, given the predicted training time of the best configuration so far
+    (None: no probe could predict one) and the seconds planning already spent (`scouts_s`).
+    `least_s` is what UNKNOWN_PROBES probes of MIN_PROBE_ITERS cost on the setup whose probe steps
+    fastest (`least_probing`): with no prediction the budget is at least that (on charlm-stdlib,
+    73 ms a step, 6 s bought three probes of 20 iterations).
 
-    The probes after the scouts share what is left: WANTED_PROBES of them when each can train
-    for at least MIN_PROBE_S, fewer (but at least one) when not.
+    The probes still to run share what is left: WANTED_PROBES of them when each can train for at
+    least MIN_PROBE_S, fewer (but at least one) when not.
     """
     if override_s is not None:
         total, full, reason = override_s, True, f"--budget-s {override_s:g}"
     elif predicted_train_s is None:
-        total, full = UNKNOWN_BUDGET_S, True
-        reason = "the scouts could not predict the training time: a fixed budget"
+        total, full = max(UNKNOWN_BUDGET_S, least_s), True
+        reason = ("no probe could predict the training time: a fixed budget, as the run re-tunes" if
+                  least_s <= UNKNOWN_BUDGET_S else
+                  f"no probe could predict the training time: {UNKNOWN_PROBES} of the shortest probes, as the run "
+                  "re-tunes")
     elif predicted_train_s < SMALL_JOB_S:
         total, full = SMALL_BUDGET_S, False
         reason = (f"predicted training {predicted_train_s:.1f}s is under {SMALL_JOB_S:.0f}s: too small for a full "
@@ -95,3 +106,8 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
     probes = max(1, min(WANTED_PROBES, int(left / MIN_PROBE_S)))
     probe_s = min(MAX_PROBE_S, max(MIN_PROBE_S, left / probes))
     return Budget(total, probe_s, probes if left > 0 else 0, full, reason)
+
+
+def least_probing(fastest_probe_sec: float) -> float:
+    """Seconds of UNKNOWN_PROBES probes of MIN_PROBE_ITERS at the fastest setup's probe step."""
+    return UNKNOWN_PROBES * MIN_PROBE_ITERS * fastest_probe_sec

@@ -29,7 +29,7 @@ def candidate_rows(scored: list[Scored]) -> tuple[Candidate, ...]:
         sec_per_iter=s.sec_per_iter, iters_to_target=s.iters, time_to_target_s=s.time_to_target_s,
         note=probe_note(s.probe) if s.probe else (s.note or "not probed"),
         iters_band=band(s.probe.interval) if s.probe and s.probe.interval and s.iters else (),
-        model_sec_per_iter=s.model_sec_per_iter) for s in scored)
+        model_sec_per_iter=s.model_sec_per_iter, weight_decay=s.config.weight_decay) for s in scored)
 
 
 def probe_note(r: ProbeResult) -> str:

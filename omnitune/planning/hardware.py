@@ -125,5 +125,5 @@ def spec_of(c: Config, profile: Profile, workload: str, data_dir: str | None, ta
     return RunSpec(workload=workload, data_dir=data_dir, variant=c.variant,
                    devices=tuple(cluster.device(d) for g in c.groups for d in g), groups=c.groups,
                    batch_size=spec_batches(PerfModel.from_profile(profile), c), lr=c.lr, momentum=c.momentum,
-                   seed=seed, **spec_fields(target), rendezvous=cluster.rendezvous,
+                   weight_decay=c.weight_decay, seed=seed, **spec_fields(target), rendezvous=cluster.rendezvous,
                    server_host=cluster.server_host, server_node=cluster.server_node)

@@ -12,7 +12,7 @@ from omnitune.core.errors import UserError
 from omnitune.core.plan import Planning
 from omnitune.core.profile import Profile
 from omnitune.efficiency.perfmodel import PerfModel
-from omnitune.planning import order, study as study_mod
+from omnitune.planning import budget as budget_mod, order, study as study_mod
 from omnitune.planning.final import FINAL_GROWTH, final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
 from omnitune.planning.phases import Spending
@@ -60,7 +60,7 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
             raise UserError("every configuration's timing job failed (a real job of each, before the search); "
                             "`omnitune run` would fail the same way: check that the devices work, or plan with "
                             "--no-time-finalists to trust the hardware model")
-    spending = Spending(budget_s, start, log)
+    spending = Spending(budget_s, start, log, budget_mod.least_probing(min(s.probe_sec_per_iter for s in setups)))
     # Probes report accuracy on a shared clock of predicted training time, ticking every 50 of the
     # fastest setup's iterations (for the pruner).
     runner = ProbeRunner(prober, study or study_mod.new_study(), max_probe_iters,

@@ -17,6 +17,7 @@ import math
 
 from omnitune.core import protocols
 from omnitune.planning import budget as budget_mod
+from omnitune.planning.ranking import LOSS_TIE, RankKey
 from omnitune.planning.space import Scored, Setup, faster_twin
 from omnitune.planning.trials import Trials
 
@@ -84,6 +85,7 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
     if trials.space.lrs is not None:
         for lr in trials.space.lrs:
             trials.probe(ref, lr, mu)
+        decays(trials, ref, mu, list(trials.space.lrs))
         trials.end_scouting(ref)
         return None
     tried: list[float] = []
@@ -93,6 +95,7 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
         scout = [k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None]
         if len(scout) >= 2 and scout[-1] > min(scout):
             break
+    decays(trials, ref, mu, tried)
     trials.end_scouting(ref)
     best = trials.best_rate(ref, mu, tried)
     while best is not None and (best == max(tried) < 1 or best == min(tried) > 1e-6):
@@ -103,6 +106,31 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
             break
         best = edge
     return best
+
+
+def decays(trials: Trials, ref: Setup, mu: float, tried: list[float]) -> None:
+    """The weight decay every later probe takes: the recipe's coarse grid (Recipe.decays), as
+    scouts at the best scout's rate. Another decay replaces the recipe's only where its time to
+    target, or else its training loss, is more than LOSS_TIE below the recipe's: decay barely
+    shows in a short probe, and what it is for (generalisation over a long run) not at all, so
+    a smaller gap is noise (on charlm-stdlib's 20-iteration probes a decay of a tenth won by the
+    looser tie rule of rates)."""
+    grid = trials.space.decays
+    keys = {x: k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None}
+    if len(grid) < 2 or not keys:
+        return
+    lr = trials.rates(ref, [min(keys, key=keys.get)])[0]
+    ranked: dict[float | None, RankKey] = {None: min(keys.values())}
+    for wd in grid[1:]:
+        trials.decay = wd
+        trials.probe(ref, lr, mu)
+        if (k := trials.scout_rank(ref, lr, mu)) is not None:
+            ranked[wd] = k
+    mine = ranked[None]
+    better = {wd: k for wd, k in ranked.items() if k[0] < mine[0] or (k[0] == mine[0] and k[1] < (1 - LOSS_TIE) * mine[1])}
+    trials.decay = min(better, key=better.get, default=None)
+    chosen = grid[0] if trials.decay is None else trials.decay
+    trials.log(f"weight decay {chosen:g} (of {', '.join(f'{wd:g}' for wd in grid)}, the recipe's first, at lr {lr:.3g})")
 
 
 def climb(trials: Trials, setups: list[Setup], prev: Scored) -> Scored | None:

@@ -1,11 +1,11 @@
 """The search's phases and what it spends. A phase says how long a probe trains, whether the
 pruner may stop it, how often it evaluates, and whether probes rank by loss:
 
-- `Scouting`: the cold start's decade probes, SCOUT_S each, compared at their end;
-- `ByTime`: once a scout predicted a time to target, probes share the budget that time sets,
-  are capped to beat the best time so far, and are pruned when they lag;
-- `ByLoss`: when no scout could, every probe trains for the scouts' predicted training time
-  (so faster setups train more iterations) and ranks by its training loss at the end.
+- `ByTime`: from the start, probes share the budget (budget.py), are capped to beat the best
+  time so far, and are pruned when they lag;
+- `ByLoss`: when none of the cold start's decades could predict a time to target, every probe
+  trains for as long (in predicted training time) as those did (so faster setups train more
+  iterations) and ranks by its training loss at the end.
 
 `Spending` tracks the planning budget (budget.plan_budget) against the clock."""
 
@@ -18,19 +18,6 @@ from typing import Callable, ClassVar
 
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.budget import Budget
-
-
-@dataclass(frozen=True)
-class Scouting:
-    by_loss: ClassVar[bool] = False
-    prunes: ClassVar[bool] = False
-    evals: ClassVar[int] = budget_mod.EVALS
-
-    def iterations(self, sec: float, probe_sec: float, probe_s: float) -> int:
-        return max(budget_mod.MIN_PROBE_ITERS, int(budget_mod.SCOUT_S / max(probe_sec, 1e-9)))
-
-    def too_short(self, sec: float) -> str:
-        return ""
 
 
 @dataclass(frozen=True)
@@ -68,29 +55,29 @@ class ByLoss:
                 f"iterations, under {budget_mod.MIN_PROBE_ITERS}: no fair comparison by loss")
 
 
-Phase = Scouting | ByTime | ByLoss
+Phase = ByTime | ByLoss
 
 
 class Spending:
-    """Planning's clock against its budget. Until the scouts have run there is no budget (unless
-    `override_s` fixes one), and the scouts are held to the one they would get if none of them
-    predicted a time; after, the budget follows the best predicted training time (`reset`)."""
+    """Planning's clock against its budget: the one no prediction gives (or `override_s`; at
+    least `least_s`, budget.least_probing) at first, then after every probe the one the best
+    predicted training time so far gives (`reset`)."""
 
     def __init__(self, override_s: float | None, start: float | None = None,
-                 log: Callable[[str], None] = lambda m: None):
-        self.override_s, self.log = override_s, log
-        self.budget: Budget | None = None if override_s is None else budget_mod.plan_budget(None, 0.0, override_s)
+                 log: Callable[[str], None] = lambda m: None, least_s: float = 0.0):
+        self.override_s, self.log, self.least_s = override_s, log, least_s
+        self.budget: Budget = budget_mod.plan_budget(None, 0.0, override_s, least_s)
         self.start = time.perf_counter() if start is None else start
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
     def seconds(self) -> float:
-        return self.budget.seconds if self.budget is not None else budget_mod.UNKNOWN_BUDGET_S
+        return self.budget.seconds
 
     def probe_s(self) -> float:
-        """Most seconds one probe trains: the scouts' until a budget exists."""
-        return self.budget.probe_s if self.budget is not None else budget_mod.SCOUT_S
+        """Most seconds one probe trains."""
+        return self.budget.probe_s
 
     def fits(self, iters: int, probe_sec: float) -> bool:
         """Whether a probe of `iters` iterations at `probe_sec` each ends within the budget: one
@@ -100,10 +87,11 @@ class Spending:
     def reset(self, predicted: float) -> None:
         """The budget from the best predicted training time so far (inf: none): it shrinks as the
         search finds faster configurations."""
-        new = budget_mod.plan_budget(None if math.isinf(predicted) else predicted, self.elapsed(), self.override_s)
-        if new != self.budget and (self.budget is None or new.reason != self.budget.reason):
+        new = budget_mod.plan_budget(None if math.isinf(predicted) else predicted, self.elapsed(), self.override_s,
+                                     self.least_s)
+        if new != self.budget and new.reason != self.budget.reason:
             self.log(f"budget: {new.seconds:.1f}s ({new.reason}); probes of up to {new.probe_s:.1f}s")
         self.budget = new
 
     def final(self) -> Budget:
-        return self.budget or budget_mod.plan_budget(None, self.elapsed(), self.override_s)
+        return self.budget

@@ -34,6 +34,7 @@ class PlanRequest:
     hardware_model: str = ANALYTIC            # or SIMULATED; a cluster is always simulated
     time_finalists: bool = True               # time an unmeasured leader with a real job
     target_loss: float | None = None          # or a test loss to get under (one of the two)
+    weight_decay: float | None = None         # pins the recipe's weight decay (None: the recipe's grid)
 
     def __post_init__(self) -> None:
         if (self.target_accuracy is None) == (self.target_loss is None):
@@ -50,6 +51,8 @@ class PlanRequest:
                 raise UserError(f"{name} must be at least 1, got {value}")
         if self.lr is not None and self.lr <= 0:
             raise UserError(f"--lr must be positive, got {self.lr}")
+        if self.weight_decay is not None and not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise UserError(f"--weight-decay must be a number >= 0, got {self.weight_decay}")
         if self.momentum is not None and not -1 < self.momentum < 1:
             raise UserError(f"--momentum must be in (-1, 1), got {self.momentum}")
         for name, value in (("--budget-s", self.budget_s), ("--predict-s", self.predict_s)):
@@ -69,7 +72,8 @@ class PlanRequest:
         return Space(protocols=(self.protocol,) if self.protocol else protocols.NAMES,
                      groups=(self.groups,) if self.groups else None,
                      batch_sizes=(self.batch_size,) if self.batch_size else DEFAULT_BATCHES,
-                     lrs=(self.lr,) if self.lr else None, momentum=self.momentum)
+                     lrs=(self.lr,) if self.lr else None, momentum=self.momentum,
+                     decays=() if self.weight_decay is None else (self.weight_decay,))
 
     def study_name(self, measured_at: str, devices: int) -> str:
         """Everything a stored probe's outcome depends on (its length follows the budget); anything

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from omnitune.core import protocols
 from omnitune.core.protocols import Variant
+from omnitune.core.recipe import Recipe
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult
 
 DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
@@ -27,11 +28,13 @@ class Space:
     momentum: float | None = None                  # None: the rule mu* - implicit, and OMNIVORE_MOMENTA
     layouts: tuple[str, ...] | None = None
     decades: tuple[float, ...] = LR_DECADES        # the cold start's rates, largest first (the recipe's)
+    decays: tuple[float, ...] = ()                 # weight decays: the recipe's first, then the grid's; one pins it
 
-
-    def for_optimizer(self, optimizer: str) -> "Space":
-        """The space for a workload's recipe: AdamW's cold start begins at its own rates."""
-        return replace(self, decades=ADAMW_DECADES) if optimizer == "adamw" else self
+    def for_recipe(self, recipe: Recipe) -> "Space":
+        """The space for a workload's recipe: AdamW's cold start begins at its own rates, and a
+        recipe with weight decay has it compared on a coarse grid (Recipe.decays), unless pinned."""
+        decades = ADAMW_DECADES if recipe.optimizer == "adamw" else self.decades
+        return replace(self, decades=decades, decays=self.decays or recipe.decays())
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Config:
     lr: float
     momentum: float
     idle: tuple[tuple[str, str], ...] = ()         # devices of the layout left out, and why
+    weight_decay: float | None = None              # over the recipe's (None: the recipe's)
 
     @property
     def g(self) -> int:
@@ -63,19 +67,21 @@ class Setup:
     idle: tuple[tuple[str, str], ...] = ()         # devices of the layout left out, and why
     model_sec_per_iter: float | None = None        # set when a real job timed sec_per_iter: the model's figure
 
-    def scored(self, lr: float, momentum: float, probe: ProbeResult | None = None, note: str = "") -> "Scored":
-        return Scored(self.config(lr, momentum), self.sec_per_iter, probe, note, self.model_sec_per_iter)
+    def scored(self, lr: float, momentum: float, probe: ProbeResult | None = None, note: str = "",
+               weight_decay: float | None = None) -> "Scored":
+        return Scored(self.config(lr, momentum, weight_decay), self.sec_per_iter, probe, note, self.model_sec_per_iter)
 
     @property
     def samples_per_s(self) -> float:
         return self.variant.samples_per_update(self.batches) / self.sec_per_iter
 
-    def config(self, lr: float, momentum: float) -> Config:
-        return Config(self.layout, self.variant, self.groups, self.batch, lr, momentum, self.idle)
+    def config(self, lr: float, momentum: float, weight_decay: float | None = None) -> Config:
+        return Config(self.layout, self.variant, self.groups, self.batch, lr, momentum, self.idle, weight_decay)
 
-    def probe(self, lr: float, momentum: float) -> ProbeConfig:
+    def probe(self, lr: float, momentum: float, weight_decay: float | None = None) -> ProbeConfig:
         """What a probe of this setup trains: configurations alike in it share statistical efficiency."""
-        return ProbeConfig(self.variant, self.batches, lr, momentum, self.staleness if self.variant.has_server else ())
+        return ProbeConfig(self.variant, self.batches, lr, momentum, self.staleness if self.variant.has_server else (),
+                           weight_decay)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
-"""What the search has considered: every (setup, learning rate, momentum), probed or skipped with
-its reason, and how the probed ones compare in the current phase (phases.py)."""
+"""What the search has considered: every (setup, learning rate, momentum, weight decay), probed or
+skipped with its reason, and how the probed ones compare in the current phase (phases.py).
+
+The weight decay is the recipe's (None) until the cold start compares the recipe's grid
+(order.decays); from then on every probe takes the one chosen there (`decay`)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Callable
 
 from omnitune.core.protocols import Variant
 from omnitune.efficiency.statmodel import ProbeResult
-from omnitune.planning.phases import ByLoss, ByTime, Phase, Scouting, Spending
+from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
 from omnitune.planning.probes import ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
 from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
@@ -20,21 +23,22 @@ class Skipped:
     reason: str
 
 
-Tried = tuple[Setup, float, float]      # a setup, a learning rate, a momentum
+Tried = tuple[Setup, float, float, float | None]   # a setup, a learning rate, a momentum, a weight decay
 
 
 class Trials:
     def __init__(self, setups: list[Setup], space: Space, runner: ProbeRunner, spending: Spending,
                  log: Callable[[str], None]):
         self.setups, self.space, self.runner, self.spending, self.log = setups, space, runner, spending, log
-        self.phase: Phase = Scouting() if spending.budget is None else ByTime()
+        self.phase: Phase = ByTime()
         self.tried: dict[Tried, Skipped | None] = {}      # None: probed
+        self.decay: float | None = space.decays[0] if len(space.decays) == 1 else None   # pinned, or the recipe's
 
     def among(self, variants: list[Variant]) -> list[Setup]:
         return [s for s in self.setups if s.variant in variants]
 
     def setup_of(self, config: Config) -> Setup:
-        return next(s for s in self.setups if s.config(config.lr, config.momentum) == config)
+        return next(s for s in self.setups if s.config(config.lr, config.momentum, config.weight_decay) == config)
 
     def rates(self, s: Setup, effective: list[float]) -> list[float]:
         """Learning rates to try on `s`: pinned ones as given, else these effective steps times the
@@ -54,10 +58,10 @@ class Trials:
         return [m for m in dict.fromkeys([rule, *OMNIVORE_MOMENTA]) if m <= ceiling]
 
     def probe(self, s: Setup, lr: float, mu: float) -> ProbeResult | None:
-        """Probe (s, lr, mu) unless it was considered already or a rule skips it: past the budget,
-        too slow for a fair comparison by loss, a faster twin makes its updates, or at least as
-        large as a setting that diverged."""
-        key, pc = (s, lr, mu), s.probe(lr, mu)
+        """Probe (s, lr, mu) at the search's weight `decay` unless it was considered already or a
+        rule skips it: past the budget, too slow for a fair comparison by loss, a faster twin makes
+        its updates, or at least as large as a setting that diverged."""
+        key, pc = (s, lr, mu, self.decay), s.probe(lr, mu, self.decay)
         if key in self.tried:
             return self.runner.results.get(pc)
         skipped = None if pc in self.runner.results else self.skips(s)
@@ -74,8 +78,7 @@ class Trials:
         self.tried[key] = skipped
         if r is not None:
             self.runner.record(pc, r, s.sec_per_iter, self.phase.by_loss)
-            if not isinstance(self.phase, Scouting):
-                self.spending.reset(self.runner.predicted)
+            self.spending.reset(self.runner.predicted)
         return r
 
     def skips(self, s: Setup) -> Skipped | None:
@@ -90,62 +93,56 @@ class Trials:
 
     def skip(self, setups: list[Setup], lr: float, reason: str) -> None:
         for s in setups:
-            self.tried.setdefault((s, lr, s.variant.rule_momentum(MU_STAR)), Skipped(reason))
+            self.tried.setdefault((s, lr, s.variant.rule_momentum(MU_STAR), self.decay), Skipped(reason))
 
     def end_scouting(self, ref: Setup) -> None:
-        """After the scouts: the budget from their best predicted time; and when none could predict
-        one, ranking by training loss at equal training time from here on, each probe training as
-        long (in predicted training time) as the scouts did."""
-        was_scouting = isinstance(self.phase, Scouting)
+        """After the scouts (the decades at the reference setup): when none could predict a time to
+        target, ranking by training loss at equal training time from here on, each probe training
+        as long (in predicted training time) as a probe of the reference does now."""
         if not self.phase.by_loss and not any(r.ranks_by_time for r in self.runner.results.values()):
             iters = self.phase.iterations(ref.sec_per_iter, ref.probe_sec_per_iter, self.spending.probe_s())
             self.phase = ByLoss(iters * ref.sec_per_iter)
-        elif was_scouting:
-            self.phase = ByTime()
-        if was_scouting:
-            self.spending.reset(self.runner.predicted)
-        if isinstance(self.phase, ByLoss):
             self.log(f"no scout could predict the time to target: probes train {self.phase.train_s:.1f}s each "
                      "(predicted training time) and are ranked by their training loss")
 
     def scout_rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
         """Before the phase is known: by time to target where a probe predicts one, else by loss."""
-        r = self.runner.results.get(s.probe(lr, mu))
+        r = self.runner.results.get(s.probe(lr, mu, self.decay))
         return rank_key(r, s.sec_per_iter, False) or rank_key(r, s.sec_per_iter, True)
 
-    def rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
-        return rank_key(self.runner.results.get(s.probe(lr, mu)), s.sec_per_iter, self.phase.by_loss)
+    def rank(self, s: Setup, lr: float, mu: float, wd: float | None) -> RankKey | None:
+        return rank_key(self.runner.results.get(s.probe(lr, mu, wd)), s.sec_per_iter, self.phase.by_loss)
 
     def horizon_keys(self, tried: list[Tried]) -> list[tuple[int, float, float] | None]:
-        """long_horizon_keys of probed (setup, lr, momentum) triples compared together."""
-        results = [self.runner.results.get(s.probe(lr, mu)) for s, lr, mu in tried]
+        """long_horizon_keys of probed (setup, lr, momentum, weight decay) compared together."""
+        results = [self.runner.results.get(s.probe(lr, mu, wd)) for s, lr, mu, wd in tried]
         return long_horizon_keys([(rank_key(r, s.sec_per_iter, self.phase.by_loss), lr / s.variant.lr_gain,
-                                   r.start_loss if r else None) for (s, lr, _), r in zip(tried, results)])
+                                   r.start_loss if r else None) for (s, lr, _, _), r in zip(tried, results)])
 
     def best_of(self, setups: list[Setup]) -> Scored | None:
-        done = [(s, lr, mu) for (s, lr, mu), skipped in self.tried.items()
-                if s in setups and skipped is None and self.rank(s, lr, mu) is not None]
+        done = [key for key, skipped in self.tried.items()
+                if key[0] in setups and skipped is None and self.rank(*key) is not None]
         if not done:
             return None
         keys = self.horizon_keys(done)
-        s, lr, mu = done[keys.index(min(keys))]
-        return s.scored(lr, mu, self.runner.results[s.probe(lr, mu)])
+        s, lr, mu, wd = done[keys.index(min(keys))]
+        return s.scored(lr, mu, self.runner.results[s.probe(lr, mu, wd)], weight_decay=wd)
 
     def best_rate(self, s: Setup, mu: float, effective: list[float]) -> float | None:
         """The best of these effective learning rates at (s, mu), among those probed and ranked."""
-        done = [lr for lr in effective if self.rank(s, self.rates(s, [lr])[0], mu) is not None]
+        done = [lr for lr in effective if self.rank(s, self.rates(s, [lr])[0], mu, self.decay) is not None]
         if not done:
             return None
-        keys = self.horizon_keys([(s, self.rates(s, [lr])[0], mu) for lr in done])
+        keys = self.horizon_keys([(s, self.rates(s, [lr])[0], mu, self.decay) for lr in done])
         return done[keys.index(min(keys))]
 
     def scored(self) -> list[Scored]:
         """Every configuration considered, probed or not, best first, and every setup never reached."""
-        out = ordered([s.scored(lr, mu, self.runner.results.get(s.probe(lr, mu)) if skipped is None else None,
-                                skipped.reason if skipped else "")
-                       for (s, lr, mu), skipped in self.tried.items()], self.phase.by_loss)
-        reached = {s for s, _, _ in self.tried}
+        out = ordered([s.scored(lr, mu, self.runner.results.get(s.probe(lr, mu, wd)) if skipped is None else None,
+                                skipped.reason if skipped else "", wd)
+                       for (s, lr, mu, wd), skipped in self.tried.items()], self.phase.by_loss)
+        reached = {key[0] for key in self.tried}
         lr = out[0].config.lr if out else LR_DECADES[0]
-        out += [s.scored(lr, s.variant.rule_momentum(MU_STAR), None, "not probed")
+        out += [s.scored(lr, s.variant.rule_momentum(MU_STAR), None, "not probed", self.decay)
                 for s in self.setups if s not in reached]
         return out

@@ -50,13 +50,15 @@ class Emulator:
     torch.manual_seed(seed)) or from a checkpoint's model and optimizer state. From a
     checkpoint of `start_iteration`, the data streams start where a resumed run's do (seed +
     iteration), and the iteration count goes on from there. Every update is the workload's
-    recipe (runtime/optim.py), its schedule spanning `horizon` iterations (0: a constant rate).
+    recipe (runtime/optim.py) with the probe's weight decay, its schedule spanning `horizon`
+    iterations (0: a constant rate).
     """
 
     def __init__(self, wl: Workload, train, cfg: ProbeConfig, seed: int, init_state: dict | None = None,
                  init_optimizer: dict | None = None, start_iteration: int = 0, horizon: int = 0):
         torch.manual_seed(seed)
         self.wl, self.train, self.cfg, self.run_seed, self.horizon = wl, train, cfg, seed, horizon
+        self.recipe = wl.recipe.decayed(cfg.weight_decay)
         self.seed = seed + start_iteration        # the data streams' seed, as the runtime's on resume
         self.model = wl.build_model()              # what the coordinator evaluates
         if init_state is not None:
@@ -72,7 +74,7 @@ class Emulator:
 
     def update(self, params) -> Update:
         """The recipe's update at this probe's rate and momentum, at its iteration."""
-        return optimizer(params, self.cfg.lr, self.cfg.momentum, self.wl.recipe, self.horizon, self.it)
+        return optimizer(params, self.cfg.lr, self.cfg.momentum, self.recipe, self.horizon, self.it)
 
     def gradient(self, state: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Loss and gradient at `state` on one minibatch; BatchNorm's statistics in `state` move
@@ -205,7 +207,7 @@ class ServerEmulator(Emulator):
         super().__init__(*args, **kw)
         cfg = self.cfg
         start = Start(iteration=self.it, optimizer=self.init_optimizer)
-        self.ps = ParameterServer(self.model, make_optimizer(self.model, cfg.lr, cfg.momentum, start, self.wl.recipe,
+        self.ps = ParameterServer(self.model, make_optimizer(self.model, cfg.lr, cfg.momentum, start, self.recipe,
                                                              self.horizon), cfg.variant)
         g = len(cfg.batches)
         self.data = Shards(self.train, cfg.batches, self.seed)

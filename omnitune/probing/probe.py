@@ -187,7 +187,8 @@ RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, t
 
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
     """What a probe of this run spec trains, at another lr and momentum."""
-    return ProbeConfig(spec.variant, tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups), lr, momentum)
+    return ProbeConfig(spec.variant, tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups), lr, momentum,
+                       weight_decay=spec.weight_decay)
 
 
 def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting: retune_mod.Setting,

@@ -104,8 +104,8 @@ class Context:
     def make_optimizer(self) -> Update:
         """The workload's recipe at the run's rate and momentum, from the checkpoint's state."""
         spec = self.spec
-        return checkpoint.make_optimizer(self.model, spec.lr, spec.momentum, self.start, self.workload.recipe,
-                                         spec.horizon)
+        return checkpoint.make_optimizer(self.model, spec.lr, spec.momentum, self.start,
+                                         self.workload.recipe.decayed(spec.weight_decay), spec.horizon)
 
     def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss.
