@@ -269,7 +269,8 @@ def small_row(small: dict, measured: dict, planned: dict, full_planning_s: float
             "small_time_to_target_s": measured["median_s"], "small_planning_s": planning_s,
             "small_over_plan": measured["median_s"] / planned["median_s"],
             # the user's whole wait (planning's own cost and the run) of the smaller plan over the full plan's
-            "small_total_over_plan_total": (planning_s + measured["median_s"]) / (full_planning_s + planned["median_s"])}
+            "small_total_over_plan_total": (planning_s + measured["median_s"])
+                                           / (full_planning_s + planned["median_s"])}
 
 
 def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path,

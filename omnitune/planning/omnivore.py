@@ -71,7 +71,7 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     if timer is not None:
         scored = measure_leaders(scored, trials, timer, unmeasured)
     scored, finalists = final(scored, trials)
-    b = spending.final()
+    b = spending.budget
     reason = b.reason if not finalists else \
         f"{b.reason}; then the {finalists} leaders trained on to {FINAL_GROWTH:g}× their probes' training time"
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,

@@ -126,11 +126,12 @@ def decays(trials: Trials, ref: Setup, mu: float, tried: list[float]) -> None:
         trials.probe(ref, lr, mu)
         if (k := trials.scout_rank(ref, lr, mu)) is not None:
             ranked[wd] = k
-    mine = ranked[None]
-    better = {wd: k for wd, k in ranked.items() if k[0] < mine[0] or (k[0] == mine[0] and k[1] < (1 - LOSS_TIE) * mine[1])}
+    kind, mine = ranked[None]
+    better = {wd: k for wd, k in ranked.items() if k[0] < kind or (k[0] == kind and k[1] < (1 - LOSS_TIE) * mine)}
     trials.decay = min(better, key=better.get, default=None)
     chosen = grid[0] if trials.decay is None else trials.decay
-    trials.log(f"weight decay {chosen:g} (of {', '.join(f'{wd:g}' for wd in grid)}, the recipe's first, at lr {lr:.3g})")
+    trials.log(f"weight decay {chosen:g} (of {', '.join(f'{wd:g}' for wd in grid)}, the recipe's first, "
+               f"at lr {lr:.3g})")
 
 
 def climb(trials: Trials, setups: list[Setup], prev: Scored) -> Scored | None:

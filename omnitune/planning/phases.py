@@ -72,17 +72,10 @@ class Spending:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def seconds(self) -> float:
-        return self.budget.seconds
-
-    def probe_s(self) -> float:
-        """Most seconds one probe trains."""
-        return self.budget.probe_s
-
     def fits(self, iters: int, probe_sec: float) -> bool:
         """Whether a probe of `iters` iterations at `probe_sec` each ends within the budget: one
         that would overrun it is not started (on a large simulated fleet one probe takes seconds)."""
-        return self.elapsed() + iters * probe_sec <= self.seconds()
+        return self.elapsed() + iters * probe_sec <= self.budget.seconds
 
     def reset(self, predicted: float) -> None:
         """The budget from the best predicted training time so far (inf: none): it shrinks as the
@@ -93,5 +86,3 @@ class Spending:
             self.log(f"budget: {new.seconds:.1f}s ({new.reason}); probes of up to {new.probe_s:.1f}s")
         self.budget = new
 
-    def final(self) -> Budget:
-        return self.budget

@@ -62,7 +62,7 @@ class ProbeRunner:
         return self.max_iters if math.isinf(self.best) else int(min(self.max_iters, self.best / sec))
 
     def iterations(self, sec: float, probe_sec: float, phase: Phase, spending: Spending) -> int:
-        return min(self.beat(sec), phase.iterations(sec, probe_sec, spending.probe_s()))
+        return min(self.beat(sec), phase.iterations(sec, probe_sec, spending.budget.probe_s))
 
     def blocked(self, pc: ProbeConfig) -> bool:
         """At least as large (rate and momentum) as a setting of its variant that diverged."""
@@ -78,7 +78,7 @@ class ProbeRunner:
         cap = self.iterations(sec, probe_sec, phase, spending)
         probe_s = cap * probe_sec
         # The iteration cap sets the probe's length; the time limit only guards a bad estimate.
-        limit_s = budget_mod.GUARD * max(probe_s, spending.probe_s())
+        limit_s = budget_mod.GUARD * max(probe_s, spending.budget.probe_s)
         trial = study_mod.ask(self.study, pc)
         reported = {"step": -1}
 

@@ -87,7 +87,7 @@ class Trials:
         if self.runner.probes_run and not self.spending.fits(
                 self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending),
                 s.probe_sec_per_iter):
-            return Skipped(f"not probed: planning budget of {self.spending.seconds():.1f}s spent")
+            return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
         why = self.phase.too_short(s.sec_per_iter)
         return Skipped(why) if why else None
 
@@ -100,7 +100,7 @@ class Trials:
         target, ranking by training loss at equal training time from here on, each probe training
         as long (in predicted training time) as a probe of the reference does now."""
         if not self.phase.by_loss and not any(r.ranks_by_time for r in self.runner.results.values()):
-            iters = self.phase.iterations(ref.sec_per_iter, ref.probe_sec_per_iter, self.spending.probe_s())
+            iters = self.phase.iterations(ref.sec_per_iter, ref.probe_sec_per_iter, self.spending.budget.probe_s)
             self.phase = ByLoss(iters * ref.sec_per_iter)
             self.log(f"no scout could predict the time to target: probes train {self.phase.train_s:.1f}s each "
                      "(predicted training time) and are ranked by their training loss")
