@@ -30,12 +30,11 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, band_holds, print_rows, write_results
-from omnitune import planning
+from omnitune import api, planning
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
 from omnitune.core.plan import start_path
@@ -43,7 +42,7 @@ from omnitune.core.protocols import Groups, Sync
 from omnitune.core.runspec import RunSpec
 from omnitune.core.target import Target
 from omnitune.planning import Config
-from omnitune.probing.probe import hand_on, make_prober, retune
+from omnitune.probing.probe import hand_on, make_prober
 from omnitune.profiling import profiler
 from omnitune.runtime import workload
 from omnitune.runtime import job
@@ -123,8 +122,7 @@ def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
     """A plan run as `omnitune run` runs it: from its start checkpoint, re-tuned during the run.
     Its time is what the user waits for: the training to the target and the pauses to re-tune
     (`retune_s`), or `limit_s` when it misses."""
-    s = job.run(str(plan_path), str(work / tag), job.RunOptions(max_time_s=limit_s, retune=True),
-                replan=partial(retune, iters=job.RunOptions().replan_probe_iters))
+    s = api.run(plan_path, work / tag, job.RunOptions(max_time_s=limit_s, retune=True))
     return {"time_s": s.time_to_target_s + s.replan_s if s.reached_target else limit_s, "reached": s.reached_target,
             "iterations": s.iterations, "final_accuracy": s.final_accuracy, "final_loss": s.final_loss,
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s, "retune_s": s.replan_s,

@@ -3,11 +3,14 @@
     python -m benchmarks.retune [--quick] [--only NAME] [--seeds N]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
-checkpoint, with re-tuning (`omnitune run --retune`) and without (the default), seed by seed
-across the two (interleaved, so the machine's drift falls on both alike). A re-tuned run's time
-is what the user waits for: its training to the target plus its pauses (probes and restarts).
-A run that misses its target counts as its time limit. Rows: the median time and min-max of
-each, their ratio, the pauses and what they cost, and the rates the pauses chose.
+checkpoint three ways, seed by seed across them (interleaved, so the machine's drift falls on
+all alike, and each seed in a rotated order, so no arm always runs first): re-tuned as `omnitune
+run` re-tunes (rates, momenta and, priced by the profile's hardware model, twice and half the
+batch), re-tuned over rates and momenta only (the pauses before batches were candidates), and
+pinned (`--no-retune`). A re-tuned run's time is what the user waits for: its training to the
+target plus its pauses (probes and restarts). A run that misses its target counts as its time
+limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
+the rates and batches the pauses chose.
 
 Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
 to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
@@ -21,27 +24,28 @@ import json
 import statistics
 import tempfile
 from dataclasses import replace
-from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import print_rows, write_results
+from benchmarks.common import RESULTS, print_rows, write_results
 from benchmarks.plan_quality import WORKLOADS, describe_plan, planned_with
+from omnitune import api
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
-from omnitune.probing.probe import retune
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
 FULL = ("teacher-mlp", "shapes-resnet")
 QUICK = ("lenet-digits",)
-COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs"]
+COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs", "batches"]
+ARMS = ("re-tuned", "rates only", "pinned")     # what a pause may change: everything, lr and momentum, nothing
 
 
-def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, retuned: bool) -> dict:
-    options = job.RunOptions(max_time_s=limit_s, retune=retuned)
-    s = job.run(str(plan_path), str(work / tag), options,
-                replan=partial(retune, iters=options.replan_probe_iters) if retuned else None)
+def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
+    options = job.RunOptions(max_time_s=limit_s, retune=arm != "pinned")
+    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm == "re-tuned") \
+        if options.retune else (None, None)
+    s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
     pauses = work / tag / "replans.jsonl"
     chosen = [json.loads(line) for line in pauses.read_text().splitlines()] if pauses.is_file() else []
     return {"time_s": (s.time_to_target_s + s.replan_s) if s.reached_target else limit_s,
@@ -54,24 +58,29 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
     prof_path = work / f"{name}.profile.json"
     profile_mod.save(prof, prof_path)
     planned = planned_with(prof, prof_path, name, WORKLOADS[name], 0, work)
-    runs: dict[str, list[dict]] = {"re-tuned": [], "pinned": []}
-    for seed in seeds:                       # seed by seed across the two
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    for k, seed in enumerate(seeds):         # seed by seed across the arms, each seed in another order
         plan = plan_mod.load(planned["path"])          # beside it: its start checkpoint, shared
         path = work / f"{name}-plan-seed{seed}.json"
         plan_mod.save(replace(plan, spec=replace(plan.spec, seed=seed)), path)
-        for config, retuned in (("re-tuned", True), ("pinned", False)):
-            runs[config].append(one_run(path, work, f"{name}-{config}-s{seed}", limit_s, retuned))
-            print(f"{name} {config} seed {seed}: {runs[config][-1]['time_s']:.1f}s", flush=True)
+        for arm in ARMS[k % len(ARMS):] + ARMS[:k % len(ARMS)]:
+            runs[arm].append(one_run(path, work, f"{name}-{arm.replace(' ', '-')}-s{seed}", limit_s, arm))
+            print(f"{name} {arm} seed {seed}: {runs[arm][-1]['time_s']:.1f}s", flush=True)
     rows = []
-    for config, rs in runs.items():
+    for arm, rs in runs.items():
         times = [r["time_s"] for r in rs]
-        lrs = sorted({d["after"]["lr"] for r in rs for d in r["decisions"] if d["switched"]})
-        rows.append({"workload": name, "config": config, "median_s": statistics.median(times),
+        switched = [d["after"] for r in rs for d in r["decisions"] if d["switched"]]
+        rows.append({"workload": name, "config": arm, "median_s": statistics.median(times),
                      "spread_s": [min(times), max(times)], "reached": f"{sum(r['reached'] for r in rs)} of {len(rs)}",
                      "pauses": statistics.median(r["pauses"] for r in rs),
-                     "pause_s": statistics.median(r["pause_s"] for r in rs), "lrs": lrs, "runs": rs,
-                     "plan": describe_plan(planned["plan"])})
-    rows[0]["retuned_over_pinned"] = rows[0]["median_s"] / rows[1]["median_s"]
+                     "pause_s": statistics.median(r["pause_s"] for r in rs),
+                     "lrs": sorted({a["lr"] for a in switched}),
+                     "batches": sorted({sum(a["batch_size"].values()) for a in switched if "batch_size" in a}),
+                     "runs": rs, "plan": describe_plan(planned["plan"])})
+    by = {r["config"]: r for r in rows}
+    by["re-tuned"]["retuned_over_pinned"] = by["re-tuned"]["median_s"] / by["pinned"]["median_s"]
+    by["re-tuned"]["batches_over_rates_only"] = by["re-tuned"]["median_s"] / by["rates only"]["median_s"]
+    by["rates only"]["retuned_over_pinned"] = by["rates only"]["median_s"] / by["pinned"]["median_s"]
     return rows
 
 
@@ -87,7 +96,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in workloads:
             rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick)
-    print_rows("re-tuned against pinned (median s; a miss counts as the limit)", rows, COLUMNS)
+    if args.only and not args.quick:          # the other workloads' rows of the last full run stay
+        last = RESULTS / "retune.json"
+        kept = json.loads(last.read_text())["rows"] if last.is_file() else []
+        rows = [r for r in kept if r["workload"] not in workloads] + rows
+    print_rows("re-tuned, over rates only, and pinned (median s; a miss counts as the limit)", rows, COLUMNS)
     path = write_results("retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "seeds": list(seeds), "rows": rows})
     print(f"wrote {path}")

@@ -51,7 +51,7 @@ TABLES = {
     "retune_proxy": [("picks", ["workload", "checkpoint", "fastest_lr", "fastest_iters", "raw_30", "cooled_30", "rule_30",
                                 "rule_30_stalled", "raw_300", "cooled_300", "rule_300"])],
     "retune": [("rows", ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs",
-                         "retuned_over_pinned"])],
+                         "batches", "retuned_over_pinned", "batches_over_rates_only"])],
 }
 # name -> (the list, the columns that name a row, the column spread across, the value)
 PIVOTS = {"emulation": ("rows", ["variant", "learners", "lr_scaled_by_staleness"], "workload", "ratio_median")}

@@ -123,10 +123,37 @@ def time_config(request: PlanRequest, prof: Profile, progress: Say, config: plan
 def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions()) -> RunSummary | None:
     """Run the plan as a real distributed job: this node's processes; the coordinator's node
     returns the run's summary (measured beside predicted), the others None. With
-    `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum when
-    that costs at most a tenth of its training so far, and at once when it diverges (planning/retune.py)."""
-    replan = partial(probe.retune, iters=options.replan_probe_iters) if options.retuning else None
-    return job.run(str(plan_path), str(out_dir), options, replan)
+    `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum,
+    and where the profile prices them (`pause_step_s`) its batch and protocol, when that costs
+    at most a tenth of its training so far, and at once when it diverges (planning/retune.py)."""
+    if not options.retuning:
+        return job.run(str(plan_path), str(out_dir), options)
+    replan, first_pause_s = retuner(plan_path, options.replan_probe_iters)
+    return job.run(str(plan_path), str(out_dir), options, replan, first_pause_s)
+
+
+def retuner(plan_path: str | Path, iters: int, priced: bool = True) -> tuple[Callable, float]:
+    """The re-tuning function `run` hands the runtime (probe.retune, each reading `iters`
+    updates), and what its first pause should cost (probe.pause_cost_s). `priced=False`: rates
+    and momenta only, as if the plan's profile were not at hand."""
+    plan = plan_mod.load(plan_path)
+    step_s = pause_step_s(plan_path) if priced else None
+    return (partial(probe.retune, iters=iters, step_s=step_s),
+            probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
+
+
+def pause_step_s(plan_path: str | Path) -> planning.StepTime | None:
+    """The hardware model of the plan's profile, which prices a pause's other batches and
+    protocols; None where that profile is not at hand (another node's path, a simulated fleet):
+    pauses then compare rates and momenta only."""
+    try:
+        plan = plan_mod.load(plan_path)
+        path = next((p for p in (Path(plan.profile), Path(plan_path).parent / plan.profile) if p.is_file()), None)
+        if plan.simulated_cluster or path is None:
+            return None
+        return planning.spec_step_s(profile_mod.load(path), plan.layout)
+    except UserError:
+        return None
 
 
 def seed_everything(seed: int) -> None:

@@ -65,3 +65,21 @@ def test_importing_the_package_loads_no_torch_until_the_api_is_used():
             "print(before, 'torch' in sys.modules, f.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "True", "omnitune.api"]
+
+
+def test_a_runs_pauses_price_other_batches_from_the_plans_profile_where_it_is_at_hand(tmp_path):
+    """api.pause_step_s: the plan's profile (a path as given, or beside the plan) gives the
+    pauses their hardware model; a profile that is not at hand, or a simulated fleet's, gives
+    none, and the pauses then compare rates and momenta only."""
+    from dataclasses import replace
+
+    from omnitune import api
+    from omnitune.core import plan as plan_mod
+    from tests.conftest import DATA
+
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    step_s = api.pause_step_s(DATA / "plan-v1.json")
+    assert step_s(plan.spec) > 0
+    for changed in ({"profile": "nowhere.json"}, {"simulated_cluster": "4x cpu"}):
+        plan_mod.save(replace(plan, **changed), tmp_path / "plan.json")
+        assert api.pause_step_s(tmp_path / "plan.json") is None

@@ -303,3 +303,23 @@ def test_a_plan_and_run_to_a_target_loss_with_adamw(tmp_path):
     assert "reached test loss 0.3" in r.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reached_target"] and summary["final_loss"] <= 0.3
+
+
+def test_the_reports_tuning_panel_marks_a_pause_that_changed_the_batch():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from omnitune.cli.report import plot_tuning
+    from omnitune.core import plan as plan_mod
+    from tests.conftest import DATA
+
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    same = {"lr": 0.1, "momentum": 0.9, "batch_size": {"cpu0": 32}}
+    pauses = [{"train_s": 30.0, "before": same, "after": same},
+              {"train_s": 60.0, "before": same, "after": {**same, "lr": 0.2, "batch_size": {"cpu0": 64}}},
+              {"train_s": 90.0, "before": {}, "after": same}]               # written before batches were tried
+    fig, ax = plt.subplots()
+    plot_tuning(ax, pauses, plan, 120.0)
+    assert [t.get_text() for t in ax.texts] == ["batch 64"]
+    plt.close(fig)

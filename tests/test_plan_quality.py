@@ -3,6 +3,7 @@
 import json
 
 from benchmarks import plan_quality
+from tests.conftest import DATA
 
 
 def plan_row(per_seed_batches: list[int], iterations: list[int]) -> dict:
@@ -48,13 +49,15 @@ def test_the_plan_runs_as_omnitune_run_runs_it_and_its_pauses_count(tmp_path, mo
 
     calls = []
 
-    def run(plan_path, out_dir, options, replan=None):
+    def run(plan_path, out_dir, options, replan=None, first_pause_s=None):
         calls.append((plan_path, options.retune, replan is not None))
         reached = "s1" in out_dir
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None, replan_s=2.0,
                                replans=1, iterations=100, final_accuracy=0.9, final_loss=0.3, measured_sec_per_iter=0.1,
                                started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None)
     monkeypatch.setattr(plan_quality.job, "run", run)
+    for k in (1, 2):
+        (tmp_path / f"p{k}.json").write_text((DATA / "plan-v1.json").read_text())
     out = plan_quality.interleaved({"w-plan": {1: tmp_path / "p1.json", 2: tmp_path / "p2.json"}}, tmp_path, 30.0,
                                    seeds=(1, 2))["w-plan"]
     assert [r["time_s"] for r in out["runs"]] == [12.0, 30.0] and all(r["retune_s"] == 2.0 for r in out["runs"])

@@ -742,3 +742,35 @@ def test_a_pinned_weight_decay_is_every_probes(sample_profile):
     found = planning.search(sample_profile, decay_space(decays=(0.5,)), prober)
     assert {c.weight_decay for c, _ in prober.calls} == {0.5}
     assert found.scored[0].config.weight_decay == 0.5
+
+
+def test_scouts_that_have_not_learned_train_longer_before_they_rank(sample_profile):
+    """shapes-resnet: at 20 iterations every decade's loss sits within noise of the untrained one,
+    and the search picked a rate whose run took twice the best one's. Here the loss falls 12% of
+    the untrained 2.3 in 4 first probes' worth of iterations, 3% in one: the first decade trains
+    again at twice and four times its iterations, every later decade at least as long, and the
+    budget grows to cover the scouts. A prober whose first probe learned is not lengthened.
+    Fails if Trials.lengthen is skipped, if the longer length is not kept for later probes, or if
+    the budget stays too small for them."""
+    calls = []
+
+    def slow_start(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        calls.append((cfg.lr, max_iters))
+        first = calls[0][1]
+        loss = 2.3 * (1 - 0.12 * min(1.0, max_iters / (4 * first)) * (1 - abs(math.log10(cfg.lr / 0.1)) / 4))
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters, start_loss=2.3)
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(32,))
+    found = planning.search(sample_profile, space, slow_start)
+    n = calls[0][1]
+    assert calls[:3] == [(0.1, n), (0.1, 2 * n), (0.1, 4 * n)]
+    assert all(iters >= 4 * n for _, iters in calls[3:]) and len(calls) > 3
+    setup = planning.enumerate_setups(sample_profile, space)[0]
+    assert found.planning.budget_s >= budget.SCOUTS * 4 * n * setup.probe_sec_per_iter
+    assert found.scored[0].config.lr == 0.1
+
+    calls.clear()
+    quick = lambda cfg, max_iters, max_seconds, on_eval=None, evals=16: dataclasses.replace(   # noqa: E731
+        slow_start(cfg, max_iters, max_seconds), train_loss=1.0)
+    planning.search(sample_profile, space, quick)
+    assert calls[1][0] == 0.01 and calls[1][1] < 2 * calls[0][1]       # the next decade: not the first, longer

@@ -35,9 +35,9 @@ def test_a_short_run_is_never_paused():
 
 
 def test_the_candidates_are_the_rate_up_and_down_and_with_asynchrony_the_momenta():
-    assert candidates(0.1, 0.9, False) == [(0.1, 0.9), (0.3, 0.9), (0.0333, 0.9), (1.0, 0.9), (0.01, 0.9)]
+    assert candidates(0.1, 0.9, False) == [retune.Setting(lr, 0.9) for lr in (0.1, 0.3, 0.0333, 1.0, 0.01)]
     more = candidates(0.1, 0.6, True)
-    assert more[0] == (0.1, 0.6) and {m for lr, m in more if lr == 0.1} == {0.0, 0.3, 0.6, 0.9}
+    assert more[0] == retune.Setting(0.1, 0.6) and {s.momentum for s in more if s.lr == 0.1} == {0.0, 0.3, 0.6, 0.9}
 
 
 def readings(*pairs, score: float = 0.0) -> list[Reading]:
@@ -94,7 +94,7 @@ def test_where_cooling_reaches_the_target_the_run_goes_on_cooled():
     """The kept setting's cool-down reaches the target score (0.95) on both repeats: the run goes
     on at a tenth of its rate. One repeat short of it: the rate is kept."""
     d = decide((0.1, 0.9), {(0.1, 0.9): readings((0.3, 0.2), (0.3, 0.2), score=0.96)}, target=0.95)
-    assert d.switched and d.setting == (0.01, 0.9) and "reaches the target" in d.reason
+    assert d.switched and d.setting == retune.Setting(0.01, 0.9) and "reaches the target" in d.reason
     mixed = [Reading(0.3, 0.2, 0.96), Reading(0.3, 0.2, 0.94)]
     assert not decide((0.1, 0.9), {(0.1, 0.9): mixed}, target=0.95).switched
 
@@ -106,12 +106,15 @@ def test_a_diverging_current_setting_gives_way_and_a_diverging_candidate_never_w
     assert not decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)),
                                    (1.0, 0.9): readings((-math.inf, -math.inf))}).switched
 
-def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_path, monkeypatch):
+@pytest.mark.parametrize("first_pause_s", [None, 9.5])
+def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_path, monkeypatch, first_pause_s):
     """run_with_replans with the launcher and the probes faked on one clock: every launch costs
     RESTART_S and every pause's probes 2.4 s (together more than the first estimate, FIRST_COST_S),
-    and the run trains 200 s. Once a pause's probes have been measured, every later pause comes
-    only where all re-tuning by then, the restart it owes included, fits in SHARE of the training.
-    Fails if the schedule leaves out the restart a pause still owes (once: 11.4 s of 80 s, 14%)."""
+    and the run trains 200 s. The first pause waits for its estimated cost (the re-tuner's, where
+    it gives one: 9.5 s of probes) plus a restart to be SHARE of the training. Once a pause's
+    probes have been measured, every later pause comes only where all re-tuning by then, the
+    restart it owes included, fits in SHARE of the training. Fails if the schedule leaves out the
+    restart a pause still owes (once: 11.4 s of 80 s, 14%), or the re-tuner's estimate."""
     from dataclasses import replace
 
     from omnitune.core import plan as plan_mod
@@ -137,10 +140,144 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         return spec, {"before": {}, "after": {}, "switched": False}
 
     monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, iteration: spec)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, iteration, before=None: spec)
     plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
     args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
-    s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan)
-    assert s.replans == len(pauses) >= 2 and pauses[0] == pytest.approx(FIRST_COST_S / SHARE)
+    s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan, first_pause_s)
+    first = FIRST_COST_S if first_pause_s is None else first_pause_s + job.RESTART_S
+    assert s.replans == len(pauses) >= (2 if first_pause_s is None else 1) and pauses[0] == pytest.approx(first / SHARE)
     for k, at in enumerate(pauses[1:], start=2):
         assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)
+
+
+def test_a_pause_tries_twice_and_half_the_batch_at_its_scaled_rate():
+    """Where the hardware model prices them, the batches follow the rate (linear scaling), so each
+    keeps the current rate per sample."""
+    tried = candidates(0.1, 0.9, False, (2.0, 0.5))
+    assert tried[:5] == candidates(0.1, 0.9, False)
+    assert tried[5:] == [retune.Setting(0.2, 0.9, 2.0), retune.Setting(0.05, 0.9, 0.5)]
+    assert [s.noise for s in tried[5:]] == [pytest.approx(0.1)] * 2
+
+
+def test_a_bigger_batch_at_the_same_rate_is_a_lower_rate_per_sample():
+    """Short-horizon bias runs towards less gradient noise: twice the batch at the same rate (half
+    the rate per sample) reads better early, and is a rival only in a stalled run; twice the batch
+    at twice the rate is a rival at once. Fails if the bias rule looks at the rate alone."""
+    now, same_rate, scaled = retune.Setting(0.1, 0.9), retune.Setting(0.1, 0.9, 2.0), retune.Setting(0.2, 0.9, 2.0)
+    quieter = {now: readings((1.0, 1.0), (1.0, 1.0)), same_rate: readings((0.8, 0.8), (0.8, 0.8))}
+    assert not decide(now, quieter).switched
+    assert decide(now, quieter, stalled=True).setting == same_rate
+    faster = {now: readings((1.0, 1.0), (1.0, 1.0)), scaled: readings((0.8, 0.8), (0.8, 0.8))}
+    assert decide(now, faster).setting == scaled
+
+
+def test_the_winners_batches_and_its_cooled_rate_go_into_the_spec():
+    from tests.conftest import make_spec
+
+    spec = make_spec("groups", [["cpu0"], ["cpu1"]], batch=1, lr=0.1, momentum=0.4)
+    spec = retune.retuned(spec, retune.Setting(0.2, 0.4, 2.0))
+    assert (spec.lr, spec.batch_size) == (0.2, {"cpu0": 2, "cpu1": 2})
+    assert retune.retuned(spec, retune.Setting(0.1, 0.4, 0.25)).batch_size == {"cpu0": 1, "cpu1": 1}   # at least 1
+    d = decide(retune.Setting(0.1, 0.4), {retune.Setting(0.1, 0.4): readings((1.0, 1.0), (1.0, 1.0)),
+                                          retune.Setting(0.2, 0.4, 2.0): readings((0.5, 0.5), (0.5, 0.5), score=1.0)},
+               target=0.9)
+    assert d.setting == retune.Setting(0.02, 0.4, 2.0)                     # cooled, at its own batch
+
+
+def calibrated_step_s():
+    """The hardware model of a profile whose calibration jobs timed sync and groups (g=2) on its
+    two one-core workers (layout one-per-core)."""
+    from omnitune import planning
+    from omnitune.core import profile
+    from tests.conftest import DATA
+
+    return planning.spec_step_s(profile.load(DATA / "profile-v1-calibrated.json"), "one-per-core")
+
+
+def test_a_batch_is_read_after_the_updates_that_fit_in_the_current_ones_time():
+    """retune.pace from the profile's hardware model (planning.spec_step_s): twice the batch steps
+    slower, so fewer of its updates fit; half of 1 is not a batch, and past the largest batch the
+    profile measured (64) the model would extrapolate, so neither is tried."""
+    from dataclasses import replace
+
+    from tests.conftest import make_spec
+
+    step_s = calibrated_step_s()
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16)
+    assert retune.batch_scales(spec, step_s) == (2.0, 0.5)
+    bigger, smaller = (retune.pace(spec, retune.Setting(0.1, 0.9, f), step_s) for f in (2.0, 0.5))
+    assert bigger < 1.0 < smaller and retune.pace(spec, retune.Setting(0.3, 0.9), step_s) == 1.0
+    assert bigger == pytest.approx(step_s(spec) / step_s(retune.scaled(spec, 2.0)))
+    assert retune.batch_scales(replace(spec, batch_size={"cpu0": 64, "cpu1": 64}), step_s) == (0.5,)
+    assert retune.batch_scales(replace(spec, batch_size={"cpu0": 1, "cpu1": 1}), step_s) == (2.0,)
+    assert retune.batch_scales(spec, None) == ()
+
+
+def test_no_pause_prices_a_shape_that_no_real_job_timed(sample_profile):
+    """The uncalibrated profile timed each worker alone, not the two side by side: the model has
+    no step time for sync on both, so a pause there tries no other batch or protocol. Fails if
+    spec_step_s answers from the simulator (issue 36: a 3x optimistic step won a search)."""
+    from omnitune import planning
+    from tests.conftest import make_spec
+
+    step_s = planning.spec_step_s(sample_profile, "one-per-core")
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16)
+    assert step_s(spec) is None and retune.batch_scales(spec, step_s) == () == retune.faster_protocols(spec, step_s)
+    assert planning.spec_step_s(sample_profile, "one-worker")(make_spec("sync", [["cpu-all"]])) > 0
+
+
+def test_another_protocol_is_a_candidate_only_where_the_model_predicts_it_faster():
+    """On the calibrated profile, sync on both workers trains 38% more samples a second than
+    groups of one worker each. From groups, sync is a candidate, at the same rate and the momentum
+    that keeps the total (0.4 + 0.5), read after the updates that fit in the time of the current
+    ones; from sync, groups are not (slower). Softsync and hpsgd, which no job timed here, never
+    are. Fails if the gain is not required, if momentum or pace ignore the protocol, or if the
+    winner's spec keeps the old groups."""
+    from omnitune.core.protocols import Sync
+    from tests.conftest import make_spec
+
+    step_s = calibrated_step_s()
+    sync = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
+    groups = make_spec("groups", [["cpu0"], ["cpu1"]], batch=16, lr=0.1, momentum=0.4)
+    assert retune.throughput(sync, step_s) > 1.3 * retune.throughput(groups, step_s)
+    assert retune.faster_protocols(sync, step_s) == ()
+    found = retune.faster_protocols(groups, step_s)
+    assert found == ((Sync(), 0.1, 0.9),)
+    setting = retune.Setting(0.1, 0.9, 1.0, Sync())
+    assert setting in candidates(0.1, 0.4, True, (), found)
+    assert retune.pace(groups, setting, step_s) == pytest.approx(step_s(groups) / step_s(sync))
+    moved = retune.retuned(groups, setting)
+    assert (moved.variant, moved.groups, moved.momentum) == (Sync(), (("cpu0", "cpu1"),), 0.9)
+
+
+def test_a_pause_that_doubles_the_batch_halves_the_schedules_iterations_left(tmp_path):
+    """refit_horizon after a switch to twice the batch: the iterations still to go, which the
+    readings counted at the old batch, halve."""
+    import json
+
+    from omnitune.runtime.job import refit_horizon
+    from tests.conftest import make_spec
+    from tests.test_eta import readings as curve
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in curve(40)))
+    spec = make_spec("sync", [["cpu0"]], target=0.95, horizon=1000)
+    same = refit_horizon(spec, tmp_path, 2000).horizon
+    doubled = refit_horizon(retune.scaled(spec, 2.0), tmp_path, 2000, before=spec).horizon
+    assert doubled == pytest.approx(2000 + (same - 2000) / 2, abs=1)
+
+
+def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
+    """probe.pause_cost_s: every candidate's updates, cool-down and evaluations, and two repeats,
+    at the run's step for each device: twice the step, twice the cost; more candidates (the
+    batches the hardware model prices), more cost; shapes-resnet's plan (batch 16, 16 ms a step,
+    7 candidates) about 9.5 s, as its pauses measured (8.6-12.7 s)."""
+    from omnitune.probing.probe import pause_cost_s
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
+    alone = pause_cost_s(spec, 30, None, 0.016)
+    assert pause_cost_s(spec, 30, None, 0.032) == pytest.approx(2 * alone)
+    two = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
+    priced = pause_cost_s(two, 30, calibrated_step_s(), 0.016)
+    assert priced == pytest.approx(pause_cost_s(two, 30, None, 0.016) * 9 / 7)
+    assert 5.0 < alone * 9 / 7 < 12.0

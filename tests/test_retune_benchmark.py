@@ -9,10 +9,11 @@ from tests.conftest import DATA
 
 
 def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypatch):
-    """Seed by seed, re-tuned before pinned; a re-tuned run's time is its training to the target
-    plus its pauses; a miss counts as the limit; the ratio is of the medians. Fails if the pauses
-    are left out of the re-tuned time, if the pinned run is handed a re-tuner, or if the runs go
-    configuration by configuration."""
+    """Seed by seed, re-tuned, over rates only, then pinned, rotated each seed; only re-tuned prices other batches
+    (its re-tuner gets the hardware model of the plan's profile, as api.run gives it); a re-tuned
+    run's time is its training to the target plus its pauses; a miss counts as the limit; the
+    ratios are of the medians. Fails if the pauses are left out of the
+    re-tuned time, if the pinned run is handed a re-tuner, or if the runs go arm by arm."""
     plan_path = tmp_path / "w-plan-s0.json"
     plan_mod.save(plan_mod.load(DATA / "plan-v1.json"), plan_path)
     monkeypatch.setattr(bench_retune.profiler, "profile", lambda *a, **k: plan_mod.load(plan_path))
@@ -22,16 +23,19 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
     monkeypatch.setattr(bench_retune, "describe_plan", lambda plan: {})
     order = []
 
-    def run(path, out_dir, options, replan=None):
+    def run(path, out_dir, options, replan=None, first_pause_s=None):
         name = Path(out_dir).name
-        order.append((name.rsplit("-", 2)[-2], options.retune, replan is not None))
+        order.append((name.removeprefix("teacher-mlp-").rsplit("-", 1)[0], options.retune,
+                      callable(replan.keywords["step_s"]) if replan else None))
+        assert (first_pause_s is not None and first_pause_s > 0) == options.retune
         reached = name != "teacher-mlp-pinned-s2"
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None,
                                replan_s=3.0 if options.retune else 0.0, replans=1 if options.retune else 0,
                                wall_s=20.0, eval_s=1.0, stalled_at_s=None)
     monkeypatch.setattr(bench_retune.job, "run", run)
     rows = bench_retune.bench("teacher-mlp", 50.0, (1, 2), tmp_path, quick=False)
-    assert order == [("tuned", True, True), ("pinned", False, False)] * 2
-    tuned, pinned = rows
+    arms = [("re-tuned", True, True), ("rates-only", True, False), ("pinned", False, None)]
+    assert order == arms + arms[1:] + arms[:1]                      # the second seed in a rotated order
+    tuned, rates, pinned = rows
     assert [r["time_s"] for r in tuned["runs"]] == [13.0, 13.0] and [r["time_s"] for r in pinned["runs"]] == [10.0, 50.0]
-    assert tuned["retuned_over_pinned"] == 13.0 / 30.0
+    assert tuned["retuned_over_pinned"] == 13.0 / 30.0 and tuned["batches_over_rates_only"] == 1.0

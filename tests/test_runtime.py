@@ -98,6 +98,47 @@ def test_replan_during_a_real_run(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["replans"] == s.replans
 
 
+def test_a_pause_that_doubles_the_batch_goes_on_from_its_checkpoint_at_it(tmp_path):
+    """A pause's winner may be twice the batch (planning/retune.py): the processes restart from the
+    checkpoint with the new batches and the run reaches its target. Fails if a restart keeps the
+    plan's batches or cannot take a checkpoint written at other ones."""
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], batch=8, lr=0.005, target=0.9)
+    run_dir = tmp_path / "run"
+
+    def replan(spec, checkpoint, stalled):
+        new = retune_mod.retuned(spec, retune_mod.Setting(spec.lr * 2, spec.momentum, 2.0)) \
+            if max(spec.batch_size.values()) < 16 else spec
+        return new, {"before": {"batch_size": spec.batch_size}, "after": {"batch_size": new.batch_size},
+                     "switched": new != spec}
+
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, replan_every_s=0.5), replan=replan)
+    records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
+    assert s.reached_target and records[0]["switched"] and records[0]["after"]["batch_size"] == {"cpu0": 16, "cpu1": 16}
+    assert json.loads((run_dir / "plan-replan-1.json").read_text())["spec"]["batch_size"] == {"cpu0": 16, "cpu1": 16}
+    assert s.iterations > records[0]["iteration"]
+
+
+def test_a_pause_that_changes_the_protocol_goes_on_from_its_checkpoint_under_it(tmp_path):
+    """A pause's winner may be another protocol on the same devices (retune.faster_protocols):
+    from sync on two workers, the run restarts from the checkpoint as groups of one worker each,
+    a parameter server among its processes, and reaches its target."""
+    from omnitune.core.protocols import Groups
+
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], batch=16, lr=0.005, target=0.9)
+    run_dir = tmp_path / "run"
+
+    def replan(spec, checkpoint, stalled):
+        new = retune_mod.retuned(spec, retune_mod.Setting(spec.lr, 0.4, 1.0, Groups(g=2))) \
+            if spec.variant != Groups(g=2) else spec
+        return new, {"before": {}, "after": {"protocol": new.variant.label}, "switched": new != spec}
+
+    s = job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, replan_every_s=0.5), replan=replan)
+    after = json.loads((run_dir / "plan-replan-1.json").read_text())["spec"]
+    assert s.reached_target and s.protocol == "groups" and s.processes == 3
+    assert after["variant"] == {"protocol": "groups", "balanced": False, "g": 2}
+    assert after["groups"] == [["cpu0"], ["cpu1"]] and after["momentum"] == 0.4
+
+
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     from omnitune.core.errors import UserError
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])

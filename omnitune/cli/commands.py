@@ -227,8 +227,8 @@ def run(
     resume: bool = typer.Option(False, help="continue from OUT_DIR's checkpoint"),
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
                                       "probe stopped"),
-    retune: bool = typer.Option(True, "--retune/--no-retune", help="pause to re-tune lr and momentum from a "
-                                "checkpoint whenever that costs at most a tenth of the training so far "
+    retune: bool = typer.Option(True, "--retune/--no-retune", help="pause to re-tune lr, momentum, batch and "
+                                "protocol from a checkpoint whenever that costs at most a tenth of the training so far "
                                 "(Omnivore's epochs), and at once from the best checkpoint when the run "
                                 "diverges; --no-retune runs the plan as it is"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "

@@ -110,7 +110,7 @@ def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
 
 def plot_tuning(ax, pauses: list[dict], plan, end_s: float) -> None:
     """The learning rate (and momentum, on the right) the run trained at, from the plan's through
-    each pause's decision."""
+    each pause's decision; where a pause changed the batches, their sum is written beside it."""
     if plan is None:
         ax.set(title="re-tuning (no plan to start from)")
         return
@@ -118,6 +118,10 @@ def plot_tuning(ax, pauses: list[dict], plan, end_s: float) -> None:
     lrs = [plan.spec.lr] + [p["after"]["lr"] for p in pauses]
     moms = [plan.spec.momentum] + [p["after"]["momentum"] for p in pauses]
     ax.step(times, lrs + lrs[-1:], where="post", label="learning rate")
+    for at, p in zip(times[1:], pauses):
+        batches = p["before"].get("batch_size"), p["after"].get("batch_size")
+        if None not in batches and batches[0] != batches[1]:
+            ax.annotate(f"batch {sum(batches[1].values())}", (at, p["after"]["lr"]), fontsize=7)
     ax.set(xlabel="training time (s)", ylabel="learning rate", yscale="log",
            title=f"re-tuning: {len(pauses)} pause(s)")
     right = ax.twinx()

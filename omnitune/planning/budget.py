@@ -16,7 +16,10 @@ loss after equal training time instead; the leaders of the two best setups then 
 budget (final.FINALISTS), and the winner's training is handed on to the run, not spent. That
 budget is small because the run re-tunes as it goes (runtime/job.py): on teacher-mlp (5 seeds,
 benchmarks.plan_quality --small-budget-s 6) a 6 s search lost nothing in the run against a 15 s
-one, and cost 7 s of planning against 16. `--budget-s` overrides all of this. A probe that would
+one, and cost 7 s of planning against 16. Scouts must learn before they rank: where the first
+one's training loss has not fallen LEARNED below its first minibatch's, it trains again at twice
+the iterations, and the budget grows to cover the scouts at that length (Trials.lengthen;
+shapes-resnet: 20 iterations said nothing, 80 do). `--budget-s` overrides all of this. A probe that would
 end past the budget, by the profile's step times, is not started (on a large simulated fleet one
 probe takes seconds).
 
@@ -38,7 +41,9 @@ SCOUT_ITERS = 40         # at least this many iterations
 UNKNOWN_BUDGET_S = 6.0   # the budget while no probe can predict the training time,
 UNKNOWN_PROBES = 8       # or enough for this many of the shortest probes where a step is slow
 MIN_PROBE_S = 0.5        # shorter probes say nothing about a learning rate
-MIN_PROBE_ITERS = 20     # nor do fewer iterations
+MIN_PROBE_ITERS = 20     # nor do fewer iterations,
+LEARNED = 0.10           # nor a scout whose training loss is not this much below its first minibatch's:
+SCOUT_DOUBLINGS = 3      # it trains again at twice the iterations, at most this many times
 GUARD = 3.0              # a probe stops at this many times its seconds, if the profile misjudged its speed
 MAX_PROBE_S = 30.0       # longer ones buy little ranking for their cost
 WANTED_PROBES = 16       # a full search's probes: Omnivore's decades, refinement and a rung or two
@@ -81,8 +86,9 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
     """The budget for probing, given the predicted training time of the best configuration so far
     (None: no probe could predict one) and the seconds planning already spent (`scouts_s`).
     `least_s` is what UNKNOWN_PROBES probes of MIN_PROBE_ITERS cost on the setup whose probe steps
-    fastest (`least_probing`): with no prediction the budget is at least that (on charlm-stdlib,
-    73 ms a step, 6 s bought three probes of 20 iterations).
+    fastest (`least_probing`; on charlm-stdlib, 73 ms a step, 6 s bought three probes of 20
+    iterations), or, where the scouts had to train longer to learn, what the scouts cost
+    (Trials.lengthen): with no prediction the budget is at least that.
 
     The probes still to run share what is left: WANTED_PROBES of them when each can train for at
     least MIN_PROBE_S, fewer (but at least one) when not.
@@ -93,8 +99,8 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
         total, full = max(UNKNOWN_BUDGET_S, least_s), True
         reason = ("no probe could predict the training time: a fixed budget, as the run re-tunes" if
                   least_s <= UNKNOWN_BUDGET_S else
-                  f"no probe could predict the training time: {UNKNOWN_PROBES} of the shortest probes, as the run "
-                  "re-tunes")
+                  f"no probe could predict the training time: {UNKNOWN_PROBES} of the shortest probes, or scouts that "
+                  "learn, as the run re-tunes")
     elif predicted_train_s < SMALL_JOB_S:
         total, full = SMALL_BUDGET_S, False
         reason = (f"predicted training {predicted_train_s:.1f}s is under {SMALL_JOB_S:.0f}s: too small for a full "

@@ -42,6 +42,25 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
     return hardware
 
 
+StepTime = Callable[[RunSpec], float | None]     # a run spec -> its seconds per iteration
+
+
+def spec_step_s(profile: Profile, layout: str) -> StepTime:
+    """A run spec's seconds per iteration on the profile's cluster, by the calibrated analytic
+    model; None where no real job timed its shape (a calibration job of its devices and protocol,
+    or one device alone: the simulator's figure is no ground to switch a running job on), or where a
+    device's batch is past the largest its profile measured (the model would extrapolate)."""
+    perf = PerfModel.from_profile(profile)
+    tops = {d.device_id: d.max_batch for d in profile.devices}
+
+    def step_s(spec: RunSpec) -> float | None:
+        shape = Shape(spec.groups, dict(spec.batch_size), spec.variant, layout)
+        if any(b > tops.get(d, 0) for d, b in spec.batch_size.items()) or not analytic_covers(perf, shape):
+            return None
+        return perf.sec_per_iter(shape)
+    return step_s
+
+
 def measured_shape(perf: PerfModel, c: Config) -> bool:
     """Whether a real job measured this configuration's shape: a calibration job of its own devices
     and protocol (a CPU worker alone counts: its step was timed as the runtime takes it)."""

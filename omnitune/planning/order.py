@@ -81,7 +81,8 @@ def cold_start(trials: Trials, setups: list[Setup]) -> Scored | None:
 def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
     """The best effective learning rate at `ref`: decades from the largest down, until one does
     worse than the best so far (the scouts, compared by time if they reach the target, else by
-    training loss), carried on past a winning edge."""
+    training loss), carried on past a winning edge. The first scout that does not diverge sets
+    how long they all train: until it has learned (Trials.lengthen)."""
     if trials.space.lrs is not None:
         for lr in trials.space.lrs:
             trials.probe(ref, lr, mu)
@@ -89,9 +90,11 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
         trials.end_scouting(ref)
         return None
     tried: list[float] = []
+    sized = False                 # whether a scout learned, or trained as long as it may (Trials.lengthen)
     for lr in trials.space.decades:
         tried.append(lr)
         trials.probe(ref, trials.rates(ref, [lr])[0], mu)
+        sized = sized or trials.lengthen(ref, trials.rates(ref, [lr])[0], mu)
         scout = [k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None]
         if len(scout) >= 2 and scout[-1] > min(scout):
             break

@@ -22,13 +22,14 @@ from omnitune.planning.budget import Budget
 
 @dataclass(frozen=True)
 class ByTime:
+    least_iters: int = budget_mod.MIN_PROBE_ITERS    # fewer say nothing (more where scouts had not learned)
     by_loss: ClassVar[bool] = False
     prunes: ClassVar[bool] = True
     evals: ClassVar[int] = budget_mod.EVALS
 
     def iterations(self, sec: float, probe_sec: float, probe_s: float) -> int:
-        """The budget's probe time's worth of iterations."""
-        return max(budget_mod.MIN_PROBE_ITERS, int(probe_s / max(probe_sec, 1e-9)))
+        """The budget's probe time's worth of iterations, at least `least_iters`."""
+        return max(self.least_iters, int(probe_s / max(probe_sec, 1e-9)))
 
     def too_short(self, sec: float) -> str:
         return ""
@@ -76,6 +77,11 @@ class Spending:
         """Whether a probe of `iters` iterations at `probe_sec` each ends within the budget: one
         that would overrun it is not started (on a large simulated fleet one probe takes seconds)."""
         return self.elapsed() + iters * probe_sec <= self.budget.seconds
+
+    def at_least(self, least_s: float, predicted: float) -> None:
+        """A larger floor for the budget with no prediction (longer scouts: Trials.lengthen)."""
+        self.least_s = max(self.least_s, least_s)
+        self.reset(predicted)
 
     def reset(self, predicted: float) -> None:
         """The budget from the best predicted training time so far (inf: none): it shrinks as the

@@ -1,13 +1,22 @@
 """Re-tuning during a run, as Omnivore's optimizer does at every epoch (Hadjis et al. 2016, §4):
 the run pauses at a checkpoint, short probes from it compare learning rates (and, with
-asynchrony, momenta), and the run goes on with the winner. Pure: the probes are run by
+asynchrony, momenta; where their step times are known, batches and protocols), and the run goes
+on with the winner. Pure: the probes are run by
 probing/probe.py, the pauses by runtime/job.py.
 
 When: runtime/job.py pauses the run (`next_stop`): phases double, and re-tuning costs at
 most a tenth of the training time so far, so a short run is never paused.
 
 What: the current learning rate and ×3, ÷3, ×10, ÷10 of it at the current momentum; with
-asynchrony, the current rate at Omnivore's momenta as well (`candidates`).
+asynchrony, the current rate at Omnivore's momenta as well; where the hardware model gives their
+step times, twice and half the batch at twice and half the rate (`candidates`). A batch is read
+after as many updates as fit in the current setting's time (probing/probe.py): the hardware
+efficiency is in the comparison. Its rate follows the batch (linear scaling, Goyal et al. 2017),
+so that the gradient's noise per sample stays and short-horizon bias (below) neither favours
+nor blocks it. Omnivore's other axis, the protocol on the same devices, is a candidate where a
+real job timed its shape and the model gives it more than PROTOCOL_GAIN more samples a second
+(`faster_protocols`), at the momentum that keeps the run's total: whether the asynchrony costs
+more in statistical efficiency than it gains in speed is what its reading at equal time says.
 
 Which: each candidate trains the same batches from the checkpoint, then cools down: half as
 many updates again at a tenth of its rate (`cooldown`, COOL_RATE). It is read on a fixed
@@ -38,8 +47,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
+from omnitune.core import protocols
+from omnitune.core.protocols import Variant
 from omnitune.core.runspec import RunSpec
+from omnitune.planning.hardware import StepTime
 from omnitune.planning.space import MU_STAR, OMNIVORE_MOMENTA
 
 LR_STEPS = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
@@ -47,15 +60,88 @@ NOISE_FLOOR = 0.01       # scores closer than this fraction of the current one a
 COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
 COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
 
-Setting = tuple[float, float]           # (learning rate, momentum)
+BATCH_STEPS = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
+PROTOCOL_GAIN = 0.1      # another protocol is a candidate where it trains this much more samples a second
+PROTOCOLS = 2            # and at most this many, the fastest
 
 
-def candidates(lr: float, momentum: float, asynchronous: bool) -> list[Setting]:
-    """The settings a pause compares, the current one first."""
-    out = [(float(f"{lr * f:.3g}"), momentum) for f in LR_STEPS]
+class Setting(NamedTuple):
+    """What a pause compares: a learning rate and momentum, at the current batches times `batch`,
+    on the current protocol or `variant`."""
+    lr: float
+    momentum: float
+    batch: float = 1.0
+    variant: Variant | None = None
+
+    @property
+    def noise(self) -> float:
+        """The rate per sample of batch (its gradient noise's temperature): lower is what short
+        horizons favour."""
+        return self.lr / self.batch
+
+
+def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[float, ...] = (),
+               protocols: tuple[tuple[Variant, float, float], ...] = ()) -> list[Setting]:
+    """The settings a pause compares, the current one first; `batches`: the batch scales whose
+    step times the hardware model gives, each at its scaled rate; `protocols`: other variants
+    with their rate and momentum (`faster_protocols`)."""
+    out = [Setting(rate(lr, f), momentum) for f in LR_STEPS]
     if asynchronous:
-        out += [(lr, m) for m in OMNIVORE_MOMENTA]
+        out += [Setting(lr, m) for m in OMNIVORE_MOMENTA]
+    out += [Setting(rate(lr, f), momentum, f) for f in batches]
+    out += [Setting(v_lr, m, 1.0, v) for v, v_lr, m in protocols]
     return list(dict.fromkeys(out))
+
+
+def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
+    """The BATCH_STEPS a pause may try: those that change a batch and whose step time the
+    hardware model gives (none without one)."""
+    if step_s is None or not step_s(spec):
+        return ()
+    return tuple(f for f in BATCH_STEPS if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
+
+
+def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Variant, float, float], ...]:
+    """Omnivore's other axis, where the hardware model predicts a gain: the variants the run's
+    devices admit (balanced as the current one is) that train more than PROTOCOL_GAIN more samples
+    a second than it, by step times a real job measured (StepTime gives no others), at most
+    PROTOCOLS of them, fastest first. Each comes with its rate (Rudra's gain carried over) and the
+    explicit momentum that keeps the run's total momentum (the rule, Mitliagkas et al. 2016)."""
+    now = throughput(spec, step_s)
+    if now is None:
+        return ()
+    total = spec.momentum + spec.variant.implicit_momentum()
+    found = []
+    for v in protocols.admitted(len(spec.devices)):
+        v = replace(v, balanced=spec.variant.balanced)
+        other = throughput(shaped(spec, Setting(spec.lr, spec.momentum, 1.0, v)), step_s) if v != spec.variant \
+            else None
+        if other is not None and other > now * (1 + PROTOCOL_GAIN):
+            found.append((other, v))
+    found.sort(key=lambda x: -x[0])
+    return tuple((v, rate(spec.lr, v.lr_gain / spec.variant.lr_gain), v.rule_momentum(total))
+                 for _, v in found[:PROTOCOLS])
+
+
+def throughput(spec: RunSpec, step_s: StepTime | None) -> float | None:
+    """Samples a second the hardware model gives the spec; None where it gives no step time."""
+    t = step_s(spec) if step_s is not None else None
+    if not t:
+        return None
+    return spec.variant.samples_per_update(tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups)) / t
+
+
+def pace(spec: RunSpec, setting: Setting, step_s: StepTime | None) -> float:
+    """Updates of `setting` that fit in the time of one of the current spec's (1 where it trains
+    the same shape): a pause reads every candidate after equal training time."""
+    other = shaped(spec, setting)
+    if (other.batch_size, other.variant) == (spec.batch_size, spec.variant):
+        return 1.0
+    return step_s(spec) / step_s(other)
+
+
+def rate(lr: float, factor: float) -> float:
+    return float(f"{lr * factor:.3g}")
 
 
 @dataclass(frozen=True)
@@ -98,10 +184,11 @@ def means(readings: dict[Setting, list[Reading]], field: str) -> dict[Setting, f
 def challenger(current: Setting, readings: dict[Setting, list[Reading]], stalled: bool = False) -> Setting | None:
     """The candidate with the lowest cooled loss among those whose raw loss is below the current
     setting's too (both readings must favour a switch), and, unless the run is `stalled`, whose
-    rate is not lower than the current one (short-horizon bias); None if there is none."""
+    rate per sample is not lower than the current one (short-horizon bias); None if there is none."""
     raw, cooled = means(readings, "raw"), means(readings, "cooled")
     mine = raw.get(current, math.inf)
-    rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine and (stalled or s[0] >= current[0])]
+    rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine
+              and (stalled or Setting(*s).noise >= Setting(*current).noise * (1 - 1e-3))]
     return min(rivals, key=cooled.get, default=None)
 
 
@@ -146,18 +233,34 @@ def cool(d: Decision, readings: dict[Setting, list[Reading]], target: float) -> 
     mine = readings.get(d.setting, [])
     if not mine or not all(r.score >= target for r in mine):
         return d
-    lr, momentum = d.setting
-    return Decision((float(f"{lr * COOL_RATE:.3g}"), momentum), True, d.margin,
+    return Decision(Setting(*d.setting)._replace(lr=rate(d.setting[0], COOL_RATE)), True, d.margin,
                     f"{d.reason}; cooled to {COOL_RATE:g}x its rate it reaches the target on the validation "
                     f"subset (score {min(r.score for r in mine):.4f} >= {target:.4f}): going on cooled")
 
 
+def scaled(spec: RunSpec, batch: float) -> RunSpec:
+    """The spec with every device's batch times `batch` (at least 1)."""
+    if batch == 1.0:
+        return spec
+    return replace(spec, batch_size={d: max(1, round(b * batch)) for d, b in spec.batch_size.items()})
+
+
+def shaped(spec: RunSpec, setting: Setting) -> RunSpec:
+    """The spec at the setting's batches and protocol (its rate and momentum aside)."""
+    s = Setting(*setting)
+    spec = scaled(spec, s.batch)
+    if s.variant is None or s.variant == spec.variant:
+        return spec
+    return replace(spec, variant=s.variant, groups=s.variant.group(spec.device_ids))
+
+
 def retuned(spec: RunSpec, setting: Setting) -> RunSpec:
-    """The spec at this (lr, momentum); with less asynchrony when the momentum is zero or below
+    """The spec at this setting; with less asynchrony when the momentum is zero or below
     (Omnivore: asynchrony already supplies more momentum than is wanted), at the explicit momentum
-    the variant's rule gives there."""
-    lr, momentum = setting
-    fewer = spec.variant.less_asynchronous(len(spec.devices)) if momentum <= 0 else None
+    the variant's rule gives there. A setting of another protocol keeps the momentum it came with
+    (`faster_protocols`: the rule's, which may be below zero)."""
+    spec, (lr, momentum, _, variant) = shaped(spec, setting), Setting(*setting)
+    fewer = spec.variant.less_asynchronous(len(spec.devices)) if momentum <= 0 and variant is None else None
     if fewer is None:
         return replace(spec, lr=lr, momentum=momentum)
     return replace(spec, variant=fewer, groups=fewer.group(spec.device_ids), lr=lr,

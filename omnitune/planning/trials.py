@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from omnitune.core.protocols import Variant
-from omnitune.efficiency.statmodel import ProbeResult
+from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
+from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
 from omnitune.planning.probes import ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
@@ -81,6 +82,34 @@ class Trials:
             self.spending.reset(self.runner.predicted)
         return r
 
+    def lengthen(self, s: Setup, lr: float, mu: float) -> bool:
+        """Scouts that have not learned cannot rank rates: at 20 iterations every decade of
+        shapes-resnet reads within noise of its untrained loss (2.30-2.40 against 2.39), and the
+        search chose a rate whose run took twice the best one's. So while this scout's training
+        loss is less than LEARNED below its first minibatch's, it trains again at twice the
+        iterations (at most SCOUT_DOUBLINGS times); every later probe trains at least as many (the
+        phase), and the budget with no prediction covers SCOUTS decades of them beyond what was
+        spent; a budget that `--budget-s` pinned may not, and then the scouts stay as they are.
+        False where the scout says nothing on this (none, or diverged): the next decade's decides."""
+        for _ in range(budget_mod.SCOUT_DOUBLINGS):
+            r = self.runner.results.get(s.probe(lr, mu, self.decay))
+            if r is None or r.status == ProbeStatus.DIVERGED:
+                return False
+            if learned(r) or not isinstance(self.phase, ByTime):
+                return True
+            longer = ByTime(2 * max(self.phase.least_iters, r.iters or 0))
+            scouts_s = budget_mod.SCOUTS * longer.least_iters * s.probe_sec_per_iter
+            self.spending.at_least(self.spending.elapsed() + scouts_s, self.runner.predicted)
+            if not self.spending.fits(longer.least_iters, s.probe_sec_per_iter):
+                return True          # a pinned budget (--budget-s) too small for longer scouts: rank these
+            self.phase = longer
+            self.log(f"the scout at lr={lr:.3g} has not learned ({r.start_loss:.3f} to {r.train_loss:.3f}): "
+                     f"scouts train {self.phase.least_iters} iterations")
+            self.tried.pop((s, lr, mu, self.decay), None)
+            self.runner.results.pop(s.probe(lr, mu, self.decay), None)
+            self.probe(s, lr, mu)
+        return True
+
     def skips(self, s: Setup) -> Skipped | None:
         """Why a new probe of `s` is not started: the budget is spent, or the phase finds it too
         slow to compare."""
@@ -146,3 +175,11 @@ class Trials:
         out += [s.scored(lr, s.variant.rule_momentum(MU_STAR), None, "not probed", self.decay)
                 for s in self.setups if s not in reached]
         return out
+
+
+def learned(r: ProbeResult) -> bool:
+    """Whether a probe says something about its rate: it reached or predicts a time, or its
+    training loss fell LEARNED below its first minibatch's (or either is unknown)."""
+    if r.ranks_by_time or r.start_loss is None or r.train_loss is None:
+        return True
+    return r.train_loss <= (1 - budget_mod.LEARNED) * r.start_loss

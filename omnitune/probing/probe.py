@@ -26,6 +26,7 @@ from omnitune.efficiency import statmodel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import retune as retune_mod
 from omnitune.planning.budget import EVALS, probe_test_size
+from omnitune.planning.hardware import StepTime
 from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
 from omnitune.runtime import workload as workload_mod
@@ -183,6 +184,7 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
 
 
 RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, the same for all
+FORWARD_SHARE = 1 / 3       # an evaluation's forward pass costs about this share of a training step
 
 
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
@@ -197,14 +199,15 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     protocol's own emulation (data order `batches`), then its cool-down (retune.cooldown) at
     COOL_RATE of its rate; the validation loss on `held` before and after the cool-down, and the
     target's score after it."""
-    emu = emulator(wl, train, probe_config(spec, *setting), batches, state["model"], state["optimizer"],
-                   horizon=spec.horizon)
+    lr, momentum = setting[:2]
+    emu = emulator(wl, train, probe_config(retune_mod.shaped(spec, setting), lr, momentum), batches, state["model"],
+                   state["optimizer"], horizon=spec.horizon)
     diverged = retune_mod.Reading(math.inf, math.inf, -math.inf)
     for _ in range(iters):
         if not math.isfinite(emu.step()):
             return diverged
     raw = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
-    emu.set_rate(setting[0] * retune_mod.COOL_RATE)
+    emu.set_rate(lr * retune_mod.COOL_RATE)
     for _ in range(retune_mod.cooldown(iters)):
         if not math.isfinite(emu.step()):
             return diverged
@@ -212,22 +215,43 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
 
 
-def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int) -> tuple[RunSpec, dict]:
+def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
+    """What a pause's readings should cost before one was timed: each candidate's updates, its
+    cool-down and its two evaluations, and the repeats of two of them, at the run's seconds per
+    iteration for each device (the emulation steps every device's batch in this process).
+    teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s); shapes-resnet at
+    batch 16, 16 ms a step: about 9.5 s (8.6-12.7 s); 1.5 s was guessed for both before."""
+    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
+                                  retune_mod.batch_scales(spec, step_s), retune_mod.faster_protocols(spec, step_s))
+    updates = iters * (1 + retune_mod.COOL_SHARE)
+    evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
+    return (len(tried) + 2) * (updates + evaluations) * sec_per_iter * len(spec.devices)
+
+
+def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int,
+           step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): every
     setting of retune.candidates is read at the pause (`pause_reading`, on the same batches) and
     scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
     samples; the current setting and the challenger (retune.challenger) are read again on other
     batches, which measures the noise; the run switches only beyond it on both losses, to a lower
     rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
+    With `step_s` (the hardware model), twice and half the batch are candidates too, and the
+    protocols it predicts faster, each read after the updates that fit in the time of `iters` of
+    the current setting's (retune.pace).
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
     train, test = wl.build_datasets(spec.data_dir, spec.seed)
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    read = lambda setting, batches: pause_reading(wl, train, held, spec, state, setting, batches, iters)
-    current = (spec.lr, spec.momentum)
-    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0)
+    current = retune_mod.Setting(spec.lr, spec.momentum)
+    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
+                                  retune_mod.batch_scales(spec, step_s), retune_mod.faster_protocols(spec, step_s))
+    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in tried}
+
+    def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
+        return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
     readings = {setting: [read(setting, spec.seed + 1)] for setting in tried}
     rival = retune_mod.challenger(current, readings, stalled)
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise
@@ -235,10 +259,13 @@ def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int) -> tuple[
     target = spec.target.score if spec.target else math.inf
     decision = retune_mod.decide(current, readings, target, stalled)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
-    shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "groups": len(s.groups), "protocol": s.variant.label}
+    shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
+                       "protocol": s.variant.label}
     return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
                  "margin": decision.margin, "reason": decision.reason,
-                 "scores": [{"lr": lr, "momentum": m, "loss": float(np.mean([r.cooled for r in v])),
+                 "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
+                             "protocol": (s.variant or spec.variant).label, "updates": updates[s],
+                             "loss": float(np.mean([r.cooled for r in v])),
                              "raw_loss": float(np.mean([r.raw for r in v])),
                              "repeats": [r.cooled for r in v]}
-                            for (lr, m), v in readings.items()]}
+                            for s, v in readings.items()]}

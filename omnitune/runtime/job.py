@@ -51,7 +51,7 @@ class RunOptions:
     checkpoint_every_s: float | None = None   # checkpoint every this many seconds of training
     max_restarts: int = 0                     # restarts from the last checkpoint after a process fails
     node_rank: int | None = None              # which node of a plan on several nodes this is
-    retune: bool = True                       # re-tune lr and momentum during the run (see `retuning`)
+    retune: bool = True                       # re-tune lr, momentum, batch, protocol in the run (`retuning`)
     stop_on_stall: bool = False               # instead of re-tuning, end a run that stalls (monitor.STALL_SHARE)
 
     def __post_init__(self) -> None:
@@ -113,7 +113,7 @@ def prepare(spec: RunSpec, out_dir: str, options: RunOptions, source: str = "the
 
 
 def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
-        replan: Replanner | None = None) -> RunSummary | None:
+        replan: Replanner | None = None, first_pause_s: float | None = None) -> RunSummary | None:
     """Run this node's processes of the plan; the coordinator's node returns the run's summary.
 
     The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
@@ -142,7 +142,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
         raise ValueError("replan_every_s needs a replan function")
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
-    return run_with_replans(plan, job, options.replan_every_s, replan)
+    return run_with_replans(plan, job, options.replan_every_s, replan, first_pause_s)
 
 
 def scheduled(spec: RunSpec, max_time_s: float, sec_per_iter: float) -> RunSpec:
@@ -258,8 +258,8 @@ def run_id(spec: RunSpec) -> str:
 # and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
 # RETUNE_SHARE of the training time so far. A short run is never paused.
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
-FIRST_COST_S = 4.5       # one pause's cost before any was measured: the probes and a restart,
-RESTART_S = 3.0          # of which the restart (teacher-mlp here: probes 1.1-1.8 s, restarts about 3 s)
+FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
+RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet)
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -269,14 +269,17 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
     return max(2.0 * last_stop_s, (spent_s + cost_s) / RETUNE_SHARE)
 
 
-def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner) -> RunSummary:
+def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner,
+                     first_pause_s: float | None = None) -> RunSummary:
     """The run in segments, re-tuned between them. A pause costs what the run waits for: the
     re-tuning probes and the restart of the processes after them (the next segment's wall time
     less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
-    seconds of training."""
+    seconds of training. Until a pause is timed, its probes are taken to cost `first_pause_s`
+    (the re-tuner's own estimate), else FIRST_COST_S less the restart."""
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
-    probes_s, restart_s = FIRST_COST_S - RESTART_S, RESTART_S     # estimates, until measured
+    probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s      # estimates, until measured
+    restart_s = RESTART_S
     wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
@@ -304,7 +307,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
                       back_to_iteration=back_at, restart_s=restart_s)
-        spec = refit_horizon(spec, run_dir, summary.iterations)
+        spec = refit_horizon(spec, run_dir, summary.iterations, job.spec)
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
@@ -340,17 +343,20 @@ def back_to_best(run_dir: Path, train_s: float) -> int | None:
     return int(state["iteration"])
 
 
-def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int) -> RunSpec:
+def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec | None = None) -> RunSpec:
     """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
     that the run's own readings now predict (efficiency/eta.py), never before this iteration;
-    unchanged where the run has no schedule's horizon or no estimate yet."""
+    where the pause changed the batches from `before`'s, the iterations left scale inversely with
+    them; unchanged where the run has no schedule's horizon or no estimate yet."""
 
     if spec.horizon <= 0 or spec.target is None:
         return spec
     e = eta.estimate(readings(run_dir), spec.target)
     if e is None or e.iters_to_target is None:
         return spec
-    return dataclasses.replace(spec, horizon=max(iteration + 1, round(e.iters_to_target)))
+    per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
+    left = (e.iters_to_target - iteration) * per
+    return dataclasses.replace(spec, horizon=max(iteration + 1, round(iteration + left)))
 
 
 def _trained_s(path: str | None) -> float:
