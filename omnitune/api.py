@@ -137,17 +137,17 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True) -> tuple[Cal
     updates), and what its first pause should cost (probe.pause_cost_s). `priced=False`: rates
     and momenta only, as if the plan's profile were not at hand."""
     plan = plan_mod.load(plan_path)
-    step_s = pause_step_s(plan_path) if priced else None
+    step_s = pause_step_s(plan, plan_path) if priced else None
     return (partial(probe.retune, iters=iters, step_s=step_s),
             probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
 
 
-def pause_step_s(plan_path: str | Path) -> planning.StepTime | None:
-    """The hardware model of the plan's profile, which prices a pause's other batches and
-    protocols; None where that profile is not at hand (another node's path, a simulated fleet):
-    pauses then compare rates and momenta only."""
+def pause_step_s(plan: Plan, plan_path: str | Path) -> planning.StepTime | None:
+    """The hardware model of the plan's profile (a path as given, or beside the plan at
+    `plan_path`), which prices a pause's other batches and protocols; None where that profile is
+    not at hand (another node's path, a simulated fleet): pauses then compare rates and momenta
+    only."""
     try:
-        plan = plan_mod.load(plan_path)
         path = next((p for p in (Path(plan.profile), Path(plan_path).parent / plan.profile) if p.is_file()), None)
         if plan.simulated_cluster or path is None:
             return None

@@ -78,8 +78,8 @@ def test_a_runs_pauses_price_other_batches_from_the_plans_profile_where_it_is_at
     from tests.conftest import DATA
 
     plan = plan_mod.load(DATA / "plan-v1.json")
-    step_s = api.pause_step_s(DATA / "plan-v1.json")
+    step_s = api.pause_step_s(plan, DATA / "plan-v1.json")
     assert step_s(plan.spec) > 0
     for changed in ({"profile": "nowhere.json"}, {"simulated_cluster": "4x cpu"}):
         plan_mod.save(replace(plan, **changed), tmp_path / "plan.json")
-        assert api.pause_step_s(tmp_path / "plan.json") is None
+        assert api.pause_step_s(plan_mod.load(tmp_path / "plan.json"), tmp_path / "plan.json") is None

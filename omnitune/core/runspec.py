@@ -65,6 +65,11 @@ class RunSpec:
         return tuple(d.id for d in self.devices)
 
     @property
+    def group_batches(self) -> tuple[tuple[int, ...], ...]:
+        """Each compute group's per-device batches, in group order."""
+        return tuple(tuple(self.batch_size[d] for d in g) for g in self.groups)
+
+    @property
     def server(self) -> bool:
         """Whether a parameter-server process joins the workers."""
         return self.variant.has_server

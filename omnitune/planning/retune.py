@@ -93,6 +93,13 @@ def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[fl
     return list(dict.fromkeys(out))
 
 
+def spec_candidates(spec: RunSpec, step_s: StepTime | None) -> list[Setting]:
+    """`candidates` for a running spec: with asynchrony, the momenta; with the hardware model,
+    the batches and protocols it prices."""
+    return candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0, batch_scales(spec, step_s),
+                      faster_protocols(spec, step_s))
+
+
 def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
     """The BATCH_STEPS a pause may try: those that change a batch and whose step time the
     hardware model gives (none without one)."""
@@ -114,8 +121,9 @@ def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Vari
     found = []
     for v in protocols.admitted(len(spec.devices)):
         v = replace(v, balanced=spec.variant.balanced)
-        other = throughput(shaped(spec, Setting(spec.lr, spec.momentum, 1.0, v)), step_s) if v != spec.variant \
-            else None
+        if v == spec.variant:
+            continue
+        other = throughput(shaped(spec, Setting(spec.lr, spec.momentum, 1.0, v)), step_s)
         if other is not None and other > now * (1 + PROTOCOL_GAIN):
             found.append((other, v))
     found.sort(key=lambda x: -x[0])
@@ -128,7 +136,7 @@ def throughput(spec: RunSpec, step_s: StepTime | None) -> float | None:
     t = step_s(spec) if step_s is not None else None
     if not t:
         return None
-    return spec.variant.samples_per_update(tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups)) / t
+    return spec.variant.samples_per_update(spec.group_batches) / t
 
 
 def pace(spec: RunSpec, setting: Setting, step_s: StepTime | None) -> float:

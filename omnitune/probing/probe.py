@@ -189,7 +189,7 @@ FORWARD_SHARE = 1 / 3       # an evaluation's forward pass costs about this shar
 
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
     """What a probe of this run spec trains, at another lr and momentum."""
-    return ProbeConfig(spec.variant, tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups), lr, momentum,
+    return ProbeConfig(spec.variant, spec.group_batches, lr, momentum,
                        weight_decay=spec.weight_decay)
 
 
@@ -221,8 +221,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     iteration for each device (the emulation steps every device's batch in this process).
     teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s); shapes-resnet at
     batch 16, 16 ms a step: about 9.5 s (8.6-12.7 s); 1.5 s was guessed for both before."""
-    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
-                                  retune_mod.batch_scales(spec, step_s), retune_mod.faster_protocols(spec, step_s))
+    tried = retune_mod.spec_candidates(spec, step_s)
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
     return (len(tried) + 2) * (updates + evaluations) * sec_per_iter * len(spec.devices)
@@ -246,8 +245,7 @@ def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int,
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
-    tried = retune_mod.candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
-                                  retune_mod.batch_scales(spec, step_s), retune_mod.faster_protocols(spec, step_s))
+    tried = retune_mod.spec_candidates(spec, step_s)
     updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in tried}
 
     def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:

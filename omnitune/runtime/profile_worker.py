@@ -274,7 +274,7 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
                               sec_per_iter=summary["measured_sec_per_iter"], staleness=tuple(summary["staleness"]))
             if nominal is not None:
                 cal = replace(cal, batch_size=nominal, members=spec.groups,
-                              batches=tuple(tuple(spec.batch_size[d] for d in g) for g in spec.groups),
+                              batches=spec.group_batches,
                               balanced=spec.variant.balanced)
             out.append(cal)
     return out
