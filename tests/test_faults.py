@@ -67,6 +67,53 @@ def test_a_stuck_peer_ends_the_job_with_a_clear_message(tmp_path, monkeypatch, p
     assert time.perf_counter() - started < 60
 
 
+def test_a_worker_killed_after_a_pause_stops_the_resident_run_cleanly(tmp_path, monkeypatch):
+    """A re-tuned run keeps its processes through its pauses (runtime/segments.py). One that dies
+    in a later segment ends the job with the one-line error, as in a plain run, not a hang."""
+    from functools import partial
+
+    from omnitune.probing.probe import retune
+
+    monkeypatch.setenv("OMNITUNE_FAULT_KILL", "1:400")
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.999)
+    run_dir = tmp_path / "run"
+    with pytest.raises(UserError, match="a worker process failed .* is intact"):
+        job.run(str(plan), str(run_dir), RunOptions(max_time_s=60, replan_every_s=0.3),
+                replan=partial(retune, iters=10))
+    replans = (run_dir / "replans.jsonl").read_text().splitlines()
+    assert replans and json.loads(replans[-1])["iteration"] < 400
+
+
+def test_the_processes_of_a_killed_re_tuned_run_do_not_outlive_it(tmp_path):
+    """`omnitune run` killed outright (SIGKILL: nothing of it can clean up) while it re-tunes
+    every half second: its processes finish their segment, see it gone, and exit, instead of
+    waiting for a next segment no one will send."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.001, target=0.999)
+    run_dir = tmp_path / "run"
+    tag = f"omnitune-test-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-m", "omnitune.cli", "run", str(plan), "--out-dir", str(run_dir),
+                             "--replan-every-s", "0.5", "--max-time-s", "120"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "OMNITUNE_TEST_TAG": tag})
+    deadline = time.time() + 90
+    while not (run_dir / "replans.jsonl").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert (run_dir / "replans.jsonl").exists() and len(processes_mentioning(tag)) >= 3
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.time() + 20
+    while processes_mentioning(tag) and time.time() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(tag) == []
+
+
 def processes_mentioning(text: str) -> list[int]:
     """PIDs whose initial environment mentions `text` (children inherit it from the command)."""
     import os

@@ -114,7 +114,9 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     it gives one: 9.5 s of probes) plus a restart to be SHARE of the training. Once a pause's
     probes have been measured, every later pause comes only where all re-tuning by then, the
     restart it owes included, fits in SHARE of the training. Fails if the schedule leaves out the
-    restart a pause still owes (once: 11.4 s of 80 s, 14%), or the re-tuner's estimate."""
+    restart a pause still owes (once: 11.4 s of 80 s, 14%), or the re-tuner's estimate, or if a
+    restart's measure takes in the last segment's evaluations (it did, 1-2 s a pause)."""
+    import json
     from dataclasses import replace
 
     from omnitune.core import plan as plan_mod
@@ -129,10 +131,11 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     def run_job(args):
         clock["t"] += job.RESTART_S                            # every launch, the restart after a pause too
         end = min(args.stop_at_s, 200.0)
-        clock["t"] += end - clock["train"]
+        evals = 0.1 * (end - clock["train"])                   # a segment's clock goes on from its training time
+        clock["t"] += end - clock["train"] + evals
         clock["train"] = end
         return RunSummary(1, end >= 200.0, 200.0 if end >= 200.0 else None, None, int(end), 0.5, 0.99, None, 0.0,
-                          0.01, end, 0.0, "", "sync", 1, (int(end),), 0.0, 1)
+                          0.01, end + evals, evals, "", "sync", 1, (int(end),), 0.0, 1)
 
     def replan(spec, checkpoint, stalled):
         clock["t"] += 2.4
@@ -148,6 +151,8 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     assert s.replans == len(pauses) >= (2 if first_pause_s is None else 1) and pauses[0] == pytest.approx(first / SHARE)
     for k, at in enumerate(pauses[1:], start=2):
         assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)
+    records = [json.loads(line) for line in (tmp_path / "run" / "replans.jsonl").read_text().splitlines()]
+    assert [r["restart_s"] for r in records[1:]] == pytest.approx([job.RESTART_S] * (len(records) - 1))  # not evals
 
 
 def test_a_pause_tries_twice_and_half_the_batch_at_its_scaled_rate():

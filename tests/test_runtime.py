@@ -96,6 +96,12 @@ def test_replan_during_a_real_run(tmp_path):
         assert r["after"]["groups"] == 4
         assert r["after"]["protocol"].startswith("softsync")
     assert json.loads((run_dir / "summary.json").read_text())["replans"] == s.replans
+    assert launches(run_dir) == 1          # the processes waited through every pause (runtime/segments.py)
+
+
+def launches(run_dir: Path) -> int:
+    """How many times a run launched its processes: torchelastic logs each launch in a folder."""
+    return len([d for d in (run_dir / "logs").iterdir() if d.is_dir()])
 
 
 def test_a_pause_that_doubles_the_batch_goes_on_from_its_checkpoint_at_it(tmp_path):
@@ -116,6 +122,7 @@ def test_a_pause_that_doubles_the_batch_goes_on_from_its_checkpoint_at_it(tmp_pa
     assert s.reached_target and records[0]["switched"] and records[0]["after"]["batch_size"] == {"cpu0": 16, "cpu1": 16}
     assert json.loads((run_dir / "plan-replan-1.json").read_text())["spec"]["batch_size"] == {"cpu0": 16, "cpu1": 16}
     assert s.iterations > records[0]["iteration"]
+    assert launches(run_dir) == 1            # the same processes, at other batches
 
 
 def test_a_pause_that_changes_the_protocol_goes_on_from_its_checkpoint_under_it(tmp_path):
@@ -137,6 +144,7 @@ def test_a_pause_that_changes_the_protocol_goes_on_from_its_checkpoint_under_it(
     assert s.reached_target and s.protocol == "groups" and s.processes == 3
     assert after["variant"] == {"protocol": "groups", "balanced": False, "g": 2}
     assert after["groups"] == [["cpu0"], ["cpu1"]] and after["momentum"] == 0.4
+    assert launches(run_dir) == 2            # a server among them: the processes were launched anew
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):

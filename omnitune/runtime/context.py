@@ -59,6 +59,8 @@ class JobArgs:
     node: int = 0                      # the cluster spec's node these processes run on
     store_port: int = 0                # of the job's own key-value store, on the coordinator's host
     attempt: int = 0                   # which start of the job: 0, then 1 after the first restart
+    owner_pid: int = 0                 # > 0: after each segment, wait for the next one from this
+                                       # process, the command's (segments.py)
 
 
 @dataclass

@@ -9,6 +9,7 @@ is a line of replans.jsonl in the run dir.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -27,7 +28,7 @@ from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
-from omnitune.runtime import checkpoint, launch as launch_mod
+from omnitune.runtime import checkpoint, launch as launch_mod, segments
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
@@ -142,7 +143,9 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
         raise ValueError("replan_every_s needs a replan function")
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
-    return run_with_replans(plan, job, options.replan_every_s, replan, first_pause_s)
+    body = functools.partial(run_with_replans, plan, job, options.replan_every_s, replan, first_pause_s,
+                             restart_s=RESUME_S if job.max_restarts == 0 else RESTART_S)
+    return segments.resident(body, run_job)
 
 
 def scheduled(spec: RunSpec, max_time_s: float, sec_per_iter: float) -> RunSpec:
@@ -259,7 +262,8 @@ def run_id(spec: RunSpec) -> str:
 # RETUNE_SHARE of the training time so far. A short run is never paused.
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
-RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet)
+RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet),
+RESUME_S = 0.15          # or, where the processes wait for the next segment (segments.py), going on (0.07-0.15 s)
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -270,16 +274,18 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
 
 
 def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner,
-                     first_pause_s: float | None = None) -> RunSummary:
-    """The run in segments, re-tuned between them. A pause costs what the run waits for: the
+                     first_pause_s: float | None = None, launch: Callable[[JobArgs], RunSummary] | None = None,
+                     restart_s: float = RESTART_S) -> RunSummary:
+    """The run in segments, re-tuned between them; `launch` runs a segment (default `run_job`:
+    new processes for each; segments.py keeps them). A pause costs what the run waits for: the
     re-tuning probes and the restart of the processes after them (the next segment's wall time
-    less its training and evaluation). The next pause comes at `next_stop`, or every `every_s`
-    seconds of training. Until a pause is timed, its probes are taken to cost `first_pause_s`
-    (the re-tuner's own estimate), else FIRST_COST_S less the restart."""
+    less its training and evaluation: `restart_s` until measured). The next pause comes at
+    `next_stop`, or every `every_s` seconds of training. Until a pause is timed, its probes are
+    taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart."""
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
+    launch = launch or run_job
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
     probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s      # estimates, until measured
-    restart_s = RESTART_S
     wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
@@ -289,13 +295,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         # A stall pauses the run at once where a pause fits the budget.
         stall_from_s = (before_s + cost_s) / RETUNE_SHARE
         began = time.perf_counter()
-        summary = run_job(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
+        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
         if replans:          # this segment began with a restart after a pause
             restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
             spent_s, owed_s = spent_s + restart_s, 0.0
-        train_s, wall_before = summary.wall_s - summary.eval_s, summary.wall_s
+        # The next segment's clock starts at this one's training time (its checkpoint's): the
+        # evaluations are not the restart's.
+        train_s = wall_before = summary.wall_s - summary.eval_s
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
         began = time.perf_counter()

@@ -43,6 +43,10 @@ from omnitune.runtime.topology import Node
 PORTS = range(20000, 32768)
 
 
+class Interrupted(UserError):
+    """A launch was interrupted (a signal); its workers are stopped."""
+
+
 def free_port(host: str = LOOPBACK, tries: int = 64) -> int:
     """A port of `PORTS` free on `host` now (an ephemeral one when none of `tries` was)."""
     pick = random.SystemRandom()
@@ -261,7 +265,7 @@ def launch(entrypoint: Callable, args: tuple, nprocs: int, log_dir: Path, **kw) 
                         f"({first}): a node's command is not running, has stopped, or cannot reach it") from None
     except (SignalException, KeyboardInterrupt):
         # The elastic agent has already stopped every worker it started.
-        raise UserError(f"interrupted; workers stopped (logs in {log_dir})") from None
+        raise Interrupted(f"interrupted; workers stopped (logs in {log_dir})") from None
 
 
 @contextlib.contextmanager

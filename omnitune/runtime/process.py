@@ -15,7 +15,7 @@ import torch.distributed as dist
 from omnitune.core import env, protocols
 from omnitune.core.protocols import Variant
 from omnitune.runtime import workload as workload_mod
-from omnitune.runtime import checkpoint, peer, server, worker
+from omnitune.runtime import checkpoint, peer, segments, server, worker
 from omnitune.runtime.context import Context, JobArgs, backend, torch_device
 from omnitune.runtime.launch import join
 from omnitune.runtime.topology import group_ranks, nodes, roles
@@ -44,7 +44,16 @@ def main(job: JobArgs) -> dict | None:
             job = dataclasses.replace(job, resume_from=str(latest))
         wl = workload_mod.load(spec.workload)
         train, test = wl.build_datasets(spec.data_dir, spec.seed)
-        return run_role(job, wl, train, test, store)
+        result = run_role(job, wl, train, test, store)
+        segment = 0
+        while job.owner_pid:              # a re-tuned run's processes wait for its next segment
+            if rank == 0:
+                segments.mark_paused(job, segment)
+            job = segments.next_segment(store, job, segment)
+            if job is None:
+                break
+            result, segment = run_role(job, wl, train, test, store), segment + 1
+        return result
     except RuntimeError as e:
         if is_consequence(e):
             time.sleep(CAUSE_GRACE_S)
