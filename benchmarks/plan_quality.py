@@ -58,6 +58,12 @@ class Bench:
     on_loss: bool = False     # the target is a test loss to get under
     default: tuple[int, float, float] = (32, 0.01, 0.9)    # a user's default: batch, lr, momentum (or beta1)
     sync_momenta: tuple[float, ...] = (0.9,)                 # the grid's momenta (or beta1) for sync
+    file: str | None = None   # the workload's file, where it is not one omnitune ships
+    held_out: bool = False    # out of all tuning of the planner's rules and constants: reported apart
+
+    def spec(self, name: str) -> str:
+        """What `--workload` the benchmark passes: the file, or the bundled workload's name."""
+        return self.file or name
 
     @property
     def goal(self) -> Target:
@@ -72,6 +78,10 @@ WORKLOADS = {
     # A test loss in nats per character; AdamW, so the default is its usual lr 3e-4, beta1 0.9.
     "charlm-stdlib": Bench(1.7, 240.0, True, (0.003, 0.006, 0.01), (8, 16), on_loss=True, default=(32, 3e-4, 0.9),
                            sync_momenta=(0.9, 0.5)),
+    # Held out (benchmarks/workloads/gru_count.py): its row is reported apart, and no rule of the
+    # planner may be chosen from it.
+    "gru-count": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1), (64, 256),
+                       file=str(Path(__file__).resolve().parent / "workloads" / "gru_count.py"), held_out=True),
 }
 QUICK = {"lenet-digits": WORKLOADS["lenet-digits"]}
 SEEDS = (1, 2, 3)
@@ -171,7 +181,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     With `small_s`, a second plan per seed, its search held to `small_s` seconds (`plan --budget-s`),
     runs beside the others: what a pre-run plan of that size costs in the run."""
     start = time.perf_counter()
-    prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
+    prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(quick), work / "logs")
     profile_s = time.perf_counter() - start
     prof_path = work / f"{name}.profile.json"
     profile_mod.save(prof, prof_path)
@@ -190,7 +200,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         screened, best = [], b.cap_s
         for i, c in enumerate(configs):
             limit = min(b.cap_s, SCREEN_STOP * best)
-            r = measure(fixed_spec(prof, name, b.goal, c), work, f"{name}-grid{i}", limit)
+            r = measure(fixed_spec(prof, b.spec(name), b.goal, c), work, f"{name}-grid{i}", limit)
             best = min(best, r["time_s"]) if r["reached"] else best
             screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
             print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
@@ -202,8 +212,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
              **({"small": {seed: p["path"] for seed, p in small.items()}} if small else {}),
-             "default": fixed_spec(prof, name, b.goal, default_config(prof, b)),
-             **{f"best{k}": fixed_spec(prof, name, b.goal, s["config"]) for k, s in enumerate(ranked)}}
+             "default": fixed_spec(prof, b.spec(name), b.goal, default_config(prof, b)),
+             **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
                                                                   f"{'' if r['reached'] else ' (missed)'}", flush=True))
@@ -214,12 +224,13 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     # The band on iterations of the first seed's plan, from a longer probe of its configuration
     # (plan --predict-s, going on from its probe), timed apart from planning.
     start = time.perf_counter()
-    longer = planning.build_plan(planning.predict(found, prober, PREDICT_S), prof, str(prof_path), name, None,
+    longer = planning.build_plan(planning.predict(found, prober, PREDICT_S), prof, str(prof_path), b.spec(name), None,
                                   b.goal, 0, datetime.now(timezone.utc).isoformat())
     predict_s = time.perf_counter() - start
     band = longer.candidates[0].iters_band
     return {
         "name": name, "target_accuracy": None if b.on_loss else b.target, "target": str(b.goal), "cap_s": b.cap_s, "long": b.long,
+        "held_out": b.held_out,
         "screening_kept": previous is not None,
         "plan": {**describe_plan(plan),
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
@@ -277,12 +288,12 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     its chosen probe that the run starts from. `spent_s` is planning's own cost: its wall time less
     the training it hands on, which the run's clock counts. `budget_s`: as `plan --budget-s`."""
     start = time.perf_counter()
-    wl = workload.load(name)
+    wl = workload.load(b.spec(name))
     prober = make_prober(wl, None, b.goal, seed=seed)
     log: list[str] = []                 # the search's own account, kept in the results
     found = planning.search(prof, planning.Space().for_recipe(wl.recipe), prober,
                              budget_s=budget_s, log=lambda m: log.append(f"{time.perf_counter() - start:.1f}s {m}"))
-    plan = planning.build_plan(found, prof, str(prof_path), name, None, b.goal, seed,
+    plan = planning.build_plan(found, prof, str(prof_path), b.spec(name), None, b.goal, seed,
                                 datetime.now(timezone.utc).isoformat())
     path = work / f"{name}-plan{'' if budget_s is None else f'-small{budget_s:g}'}-s{seed}.json"
     plan = hand_on(plan, prober, path)

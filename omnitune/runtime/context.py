@@ -42,6 +42,7 @@ class JobArgs:
     timeout_s: float
     eval_every_iters: int = 0          # > 0: evaluate every this many iterations instead (benchmarks)
     max_iters: int = 0                 # > 0: stop after this many iterations (experiments)
+    min_iters: int = 0                 # > 0: run past max_time_s until this many are timed (monitor.STRETCH)
     trajectory: int = 0                # > 0: save the coordinator's weights after each of that many
                                        # iterations to trajectory.pt (experiments)
     plan_path: str = ""                # the plan the spec came from, named in the summary
@@ -130,7 +131,7 @@ class Context:
         monitor = Monitor(self.workload, self.test, self.spec.target or Target(float("inf")),
                           min(job.max_time_s, job.stop_at_s), job.eval_every_s, self.run_dir / "metrics.jsonl",
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
-                          eval_every_iters=job.eval_every_iters, max_iters=job.max_iters,
+                          eval_every_iters=job.eval_every_iters, max_iters=job.max_iters, min_iters=job.min_iters,
                           record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s,
                           diverge_stop=job.diverge_stop)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint

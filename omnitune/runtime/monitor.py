@@ -36,6 +36,9 @@ DIVERGE_FACTOR = 2.0
 DIVERGE_EMA = 0.02
 DIVERGE_WARMUP = 100
 BEST_EVERY_S = 2.0
+# A job with `min_iters` (the profile's calibration jobs) runs past its time limit until it has
+# timed that many iterations after its first check, up to STRETCH times the limit.
+STRETCH = 4.0
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Monitor:
     attempt: int = 0                          # which start of the job (0, then 1 after a restart)
     eval_every_iters: int = 0                 # > 0: evaluate every this many iterations, not by time
     max_iters: int = 0                        # > 0: stop at this many iterations
+    min_iters: int = 0                        # > 0: the time limit waits for this many timed iterations (STRETCH)
     record: int = 0                           # keep the model's weights after each of the first this many checks
     trajectory: list = field(default_factory=list)
     warm: tuple[int, float] | None = None     # (iteration, training seconds) at the first check
@@ -131,13 +135,21 @@ class Monitor:
         if self.eval_due(iteration):
             self.evaluate(model, iteration, extra)
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
-        done = (self.time_to_target_s is not None or self.elapsed() >= self.max_time_s
+        done = (self.time_to_target_s is not None or self.out_of_time(iteration)
                 or 0 < self.max_iters <= iteration
                 or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
+
+    def out_of_time(self, iteration: int) -> bool:
+        """Past the time limit, and, with `min_iters`, past that many iterations since the first
+        check or past STRETCH times the limit."""
+        now = self.elapsed()
+        if now < self.max_time_s:
+            return False
+        return iteration - self.warm[0] >= self.min_iters or now >= STRETCH * self.max_time_s
 
     def note_score(self, score: float, train_s: float) -> bool:
         """Track the best score, whether the run has stalled (STALL_SHARE) and whether it has

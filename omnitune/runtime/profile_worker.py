@@ -174,6 +174,10 @@ def time_server_update(model: torch.nn.Module, repeats: int, recipe: Recipe) -> 
 
 CALIBRATION_TEST = 64
 CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger batch
+# Updates a calibration job times at least (past its first, the warm-up), running up to
+# monitor.STRETCH times calibrate_s for them: charlm-stdlib's jobs of two asynchronous groups saw
+# 2-4 updates in 0.4 s, and the planner took 67-87 ms an update from them where runs took 100.
+CALIBRATION_MIN_UPDATES = 4
 
 
 def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None = None) -> tuple[RunSpec, ...]:
@@ -265,7 +269,8 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
         for layout, spec, nominal in jobs:
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
-                           eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)")
+                           eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)",
+                           min_iters=CALIBRATION_MIN_UPDATES)
             summary = run_role(args, wl, train, test, store)
             if summary is None:
                 continue
