@@ -47,7 +47,7 @@ class Segments:
     def __init__(self, launches: queue.Queue):
         self.launches = launches        # to the main thread: a job to launch (None: no more)
         self.ended: queue.Queue = queue.Queue()   # from it: each launch's end (None, or its error)
-        self.live: JobArgs | None = None          # the job the waiting processes were launched with
+        self.live: JobArgs | None = None          # the live processes' latest job (None: none live)
         self.done = 0                   # segments the live processes have finished
         self.store = None               # a client of the live processes' store, once needed
 
