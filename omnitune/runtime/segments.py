@@ -90,16 +90,17 @@ class Segments:
             raise error
 
     def _finished(self, job: JobArgs) -> RunSummary:
-        """Wait for the segment's mark (or, for processes that do not wait, their launch's end)."""
+        """Wait for the segment's mark, or for the launch's end (processes that do not wait, or
+        a launcher that does not keep them: the next segment launches anew)."""
         mark = Path(job.run_dir) / PAUSED.format(self.done)
         while not mark.is_file():
             try:
                 error = self.ended.get(timeout=POLL_S)
             except queue.Empty:
                 continue
-            if error is not None or self.live is not None:
-                self.live = None
-                raise error or UserError("the job's processes ended in the middle of a segment")
+            self.live = None
+            if error is not None:
+                raise error
             return load_summary(Path(job.run_dir) / "summary.json")
         mark.unlink()
         self.done += 1
