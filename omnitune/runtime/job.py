@@ -144,7 +144,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     body = functools.partial(run_with_replans, plan, job, options.replan_every_s, replan, first_pause_s,
-                             restart_s=RESUME_S if job.max_restarts == 0 else RESTART_S)
+                             restart_s=RESUME_S if segments.waits(job) else RESTART_S)
     return segments.resident(body, run_job)
 
 

@@ -60,11 +60,8 @@ class Segments:
             self.close()
             for stale in Path(job.run_dir).glob(PAUSED.format("*")):
                 stale.unlink()
-            # Processes that torchelastic may restart do not wait: a restarted one would run
-            # the launch's first segment again, with a store of its own.
-            waits = job.max_restarts == 0
-            job = dataclasses.replace(job, owner_pid=os.getpid() if waits else 0)
-            self.live, self.done, self.store = job if waits else None, 0, None
+            job = dataclasses.replace(job, owner_pid=os.getpid() if waits(job) else 0)
+            self.live, self.done, self.store = job if waits(job) else None, 0, None
             self.launches.put(job)
         return self._finished(job)
 
@@ -101,9 +98,10 @@ class Segments:
             self.live = None
             if error is not None:
                 raise error
-            return load_summary(Path(job.run_dir) / "summary.json")
-        mark.unlink()
-        self.done += 1
+            break
+        else:
+            mark.unlink()
+            self.done += 1
         return load_summary(Path(job.run_dir) / "summary.json")
 
     def _check_ended(self) -> None:
@@ -122,6 +120,12 @@ class Segments:
             host = coordinator(nodes(self.live.spec)).host
             self.store = job_store(host, self.live.store_port, False, self.live.timeout_s)
         self.store.set(next_key(self.done - 1), json.dumps(changes).encode())
+
+
+def waits(job: JobArgs) -> bool:
+    """Whether the job's processes wait through its pauses: not where torchelastic may restart
+    them (a restarted one would run the launch's first segment again, with a store of its own)."""
+    return job.max_restarts == 0
 
 
 def resident(body: Callable[[Callable[[JobArgs], RunSummary]], RunSummary],
@@ -195,7 +199,7 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:          # alive, another user's
+        pass
     return True
 
