@@ -20,7 +20,10 @@ one core per GPU (`gpus+per-core`: one single-thread worker per free core; `gpus
 one worker, `cpu-rest`, on all of them). A GPU is timed without CPU workers running beside it,
 its batch doubled past `--max-batch` while its throughput rises by more than 5% (or until its
 memory runs out, which ends its range with a message, not an error). The mixed layouts are
-timed as they run, in sync jobs with balanced batches.
+timed as they run, in sync jobs with balanced batches. CPU workers of fewer threads than the
+widest (the layouts between one worker per core and one on all of them) are timed briefly: no
+calibration job runs their layouts, so a setup on one is timed before it may win. The profile
+prints what its parts took.
 
 `omnitune plan` scores every setup with the hardware model, in which a GPU's process takes a
 core, CPU threads that crowd it stretch the CPU workers' steps, and gloo pays the copy between a
@@ -29,7 +32,12 @@ calibration job ran their shape, are timed by a short real job (about a second, 
 processes' start), and a leader still unmeasured after the search is timed before it may win;
 the plan records the measured figure and the model's (`hardware_model: "measured"`). A profile taken on a GPU
 machine can be planned on any machine: the probes train on that machine's CPU, the hardware
-figures come from the profile, and `plan` says so.
+figures come from the profile, and `plan` says so. The run goes on from the chosen probe's
+checkpoint; its clock counts the probe's iterations at the plan's predicted speed (at most the
+probe's own time): a GPU's plan probed on the CPU leaves the slower CPU's time in planning.
+
+On a GPU alone the runtime's loop does not wait for each step: it reads the training losses
+back in batches and takes each batch's indices from an epoch's order kept on the GPU.
 
 Figures below come from `python -m benchmarks.gpu` (and `benchmarks.overhead --device cuda`),
 written by `python -m benchmarks.docs`.
@@ -71,7 +79,11 @@ def gpu_section(d: dict) -> list[str]:
               f"({summary['best_alternative']}); its predicted seconds per iteration were "
               f"{summary.get('predicted_over_measured_sec_per_iter', float('nan')):.2f}× the measured. "
               f"A run that misses its target counts as the time limit, {d['time_limit_s']:g} s."]
-    if same:
+    handed = ((d["plan"].get("planning") or {}).get("handed_on_s") or 0.0)
+    if same and handed:
+        lines.append(f"The plan is the same setup as {', '.join(same)}, run from its probe's checkpoint: its "
+                     f"clock counts the probe's {secs(handed)} s of training, the alternatives start from scratch.")
+    elif same:
         lines.append(f"The plan is the same setup as {', '.join(same)}: the difference between those rows is "
                      "the spread of runs of one configuration.")
     if summary.get("planning_own_s") is not None:

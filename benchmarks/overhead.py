@@ -1,7 +1,7 @@
 """The runtime's training step against a plain PyTorch loop's, paired and repeated.
 
     python -m benchmarks.overhead [--quick] [--device cpu|cuda] [--batch B] [--pairs N] [--seconds S]
-                                  [--rounds R] [--window-s W] [--only NAME] [--variants]
+                                  [--rounds R] [--window-s W] [--only NAME] [--variants | --no-variants]
 
 A small model's step is mostly overhead on a GPU, and the runtime's step should cost what plain
 PyTorch's costs. For each workload (teacher-mlp, cnn1d-mnist1d, shapes-resnet; teacher-mlp
@@ -20,7 +20,7 @@ and record the load average they started at, where other programs' work shows. R
 workload the median of runtime / plain over the pairs, with its min and max. Goal: a median of
 at most 1.05.
 
-On CUDA (on the CPU too with --variants) fresh processes then time the plain loop's variants
+On CUDA (on the CPU too with --variants; on neither with --no-variants) fresh processes then time the plain loop's variants
 (plain_steps.VARIANTS: fused SGD, CUDA graphs, torch.compile, and the runtime's own ways) against
 the plain loop in the same process, R rounds of W seconds each, taking turns, to learn what
 pays. A variant that fails, or whose process dies, reports its error instead of a time.
@@ -237,6 +237,7 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, help="seconds a variant runs each round (1; 0.5 with --quick)")
     parser.add_argument("--only", action="append", metavar="NAME", help="this workload (repeatable)")
     parser.add_argument("--variants", action="store_true", help="time the plain loop's variants on the CPU too")
+    parser.add_argument("--no-variants", action="store_true", help="time only the pairs, on CUDA too")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
@@ -248,7 +249,8 @@ def main() -> None:
     except ValueError as e:
         parser.error(str(e))
     with tempfile.TemporaryDirectory() as tmp:
-        out = bench(args.device, s, args.batch, args.variants or args.device == "cuda", Path(tmp))
+        out = bench(args.device, s, args.batch, (args.variants or args.device == "cuda") and not args.no_variants,
+                    Path(tmp))
     print_rows(f"the runtime's step over a plain PyTorch loop's on {args.device} (goal: median <= {GOAL})",
                out["rows"], PAIR_COLUMNS)
     if out["variants"]:

@@ -269,8 +269,12 @@ def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
     _, reached = probe.run_probe(wl, train, test, cfg, plan.spec.target_accuracy, 400, 30, seed=plan.spec.seed)
     _, short = probe.run_probe(wl, train, test, cfg, 1.1, 40, 30, seed=plan.spec.seed)
     assert probe.hand_on(plan, SimpleNamespace(handoffs={cfg: reached}), path) == plan
+    # A plan faster than the probe's emulation here: the run's clock counts the iterations at its speed.
+    fast = replace(plan, prediction=replace(plan.prediction, sec_per_iter=1e-4))
+    assert probe.hand_on(fast, SimpleNamespace(handoffs={cfg: short}), path).planning.handed_on_s == pytest.approx(40e-4)
     handed = probe.hand_on(plan, SimpleNamespace(handoffs={cfg: short}), path)
     assert (handed.start, handed.planning.handed_on_iters) == ("plan.start.pt", 40)
+    assert handed.planning.handed_on_s == pytest.approx(min(short.train_s, 40 * plan.prediction.sec_per_iter))
     plan_mod.save(handed, path)
     r = runner.invoke(app, ["run", str(path), "--out-dir", str(tmp_path / "r"), "--max-time-s", "60"])
     assert r.exit_code == 0, r.output

@@ -135,3 +135,21 @@ def test_layouts_of_gpus_beside_cpu_workers_get_balanced_sync_jobs_from_the_meas
     for layout, spec, nominal in jobs:
         assert sum(spec.batch_size.values()) == nominal * len(spec.devices)
         assert spec.batch_size["cuda0"] == max(spec.batch_size.values())
+
+
+def test_cpu_workers_between_one_thread_and_the_widest_are_timed_briefly(monkeypatch):
+    """profiler.between: the few-worker layouts' devices get shorter timings; the widest worker
+    and a GPU the full ones, and alike devices are timed once."""
+    seen = {}
+
+    def fake(wl, train, device, settings, progress):
+        seen[device.id] = settings
+        return [StepTiming(1, 0.01, 100.0)]
+    monkeypatch.setattr(profiler, "measure_alone", fake)
+    cluster = local_cluster(cpu_count=8, cuda_count=1)
+    s = Settings()
+    devices = profiler.outside(cluster, profiler.concurrent_layout(cluster), None, None, s, lambda m: None)
+    assert seen["cuda0"] == s and seen["cpu-all"] == s
+    brief = [d for d in seen if d.startswith("cpu") and d != "cpu-all"]
+    assert brief and all(seen[d].size_s < s.size_s and seen[d].repeats <= 3 for d in brief)
+    assert set(devices) > set(seen)            # the others of a layout share their first's timing

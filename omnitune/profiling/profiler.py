@@ -12,6 +12,7 @@ workers, with batches balanced from the steps measured before.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,7 +69,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
                          None if cached else workload_mod.share(datasets, shared), str(log_dir),
                          () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
                          () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
-                         {d: dp.steps for d, dp in devices.items()})
+                         {d: dp.steps for d, dp in devices.items()}, time.time())
         try:
             results = launch(job, here, everyone, cluster, workload_spec, log_dir, progress)
         finally:
@@ -77,6 +78,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         if gathered is None:                    # another node's rank 0 has the measurements
             return None
         network, calibration = read_gathered(gathered, devices, everyone)
+        progress(took(gathered[0]["phases"], len(everyone)))
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))
@@ -100,14 +102,33 @@ def outside(cluster: Cluster, biggest: str, wl, train, settings: Settings,
     devices: dict[str, DeviceProfile] = {}
     alike: dict[tuple, list[StepTiming]] = {}
     concurrent_ids = set(cluster.layouts[biggest])
+    widest = max((d.threads for d in cluster.devices if d.kind == "cpu"), default=0)
     for device in cluster.devices:
         if device.id not in concurrent_ids:
             key = (device.kind, device.host, device.threads, device.emulated_slowdown)
             if key not in alike:
                 progress(named(device))
-                alike[key] = measure_alone(wl, train, device, settings, progress)
+                began = time.perf_counter()
+                alike[key] = measure_alone(wl, train, device, between(settings) if 1 < device.threads < widest
+                                           and device.kind == "cpu" else settings, progress)
+                progress(f"{named(device)}: timed in {time.perf_counter() - began:.1f}s")
             devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
     return devices
+
+
+def between(s: Settings) -> Settings:
+    """Briefer timing for a CPU worker of fewer threads than the widest (the layouts of a few
+    workers between one per core and one on all): no calibration job runs their layouts, so the
+    planner times such a setup by a real job before it may win, and their steps only rank it.
+    Timed as the others, the four on an H200 machine's 16 cores took 13 s of a 66 s profile."""
+    return replace(s, size_s=s.size_s / 3, repeats=min(s.repeats, 3))
+
+
+def took(phases: dict, processes: int) -> str:
+    """What the concurrent launch's parts took (profile_worker.main's phases)."""
+    return (f"{processes} processes ready in {phases['ready_s']:.1f}s; timed the steps in {phases['steps_s']:.1f}s, "
+            f"the links in {phases['links_s']:.1f}s, {phases['calibration_jobs']} calibration jobs in "
+            f"{phases['calibration_s']:.1f}s")
 
 
 def read_gathered(gathered: list[dict], devices: dict[str, DeviceProfile], everyone) -> tuple[Network, list]:

@@ -110,15 +110,20 @@ class Context:
         return checkpoint.make_optimizer(self.model, spec.lr, spec.momentum, self.start,
                                          self.workload.recipe.decayed(spec.weight_decay), spec.horizon)
 
-    def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss.
+    def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float | torch.Tensor:
+        """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss:
+        on a GPU alone in its group, as a tensor on the GPU (the monitor reads it later, so the
+        step does not wait for the device; its step time is then the host's); else a float, which
+        waits for the step, so that step_times (rebalance) hold the device's time.
         With a bf16 recipe, a GPU computes the forward pass under bf16 autocast."""
         started = time.perf_counter()
         self.model.zero_grad(set_to_none=False)
         with autocast(self.workload, self.device):
             loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
         loss.backward()
-        value = float(loss.detach())
+        value = loss.detach()
+        if self.device.type != "cuda" or len(self.role.group_ranks) > 1:
+            value = float(value)
         emulate_slowdown(self.role.device, started)
         self.step_times.append(time.perf_counter() - started)
         self.tick()

@@ -39,6 +39,10 @@ BEST_EVERY_S = 2.0
 # A job with `min_iters` (the profile's calibration jobs) runs past its time limit until it has
 # timed that many iterations after its first check, up to STRETCH times the limit.
 STRETCH = 4.0
+# Training losses recorded as tensors are read back this many at a time, and before each
+# evaluation: a read waits for the device's queue, and on an H200 reading each step's made a
+# small model's step 1.09x a plain loop's (benchmarks.overhead's read-loss variant).
+UNREAD_LOSSES = 64
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Monitor:
     evaluated_at: int = -1                    # the iteration of the last evaluation
     eval_s: float = 0.0              # wall time spent evaluating
     losses: list = field(default_factory=list)
+    unread: list = field(default_factory=list)   # recorded, not yet read (record_loss)
     checkpoint_every_s: float = float("inf")
     saver: object = None                      # saver(iteration, train_s) writes a checkpoint
     next_checkpoint: float = 0.0
@@ -102,13 +107,28 @@ class Monitor:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def record_loss(self, loss: float) -> None:
-        self.losses.append(loss)
-        first = self.minibatches == 0 or not math.isfinite(self.loss_average)
-        self.loss_average = loss if first else (1 - DIVERGE_EMA) * self.loss_average + DIVERGE_EMA * loss
-        self.minibatches += 1
-        if self.minibatches >= DIVERGE_WARMUP and math.isfinite(self.loss_average):
-            self.lowest_average = min(self.lowest_average, self.loss_average)
+    def record_loss(self, loss: float | torch.Tensor) -> None:
+        """A minibatch's training loss; a tensor (a GPU's) is read later, with others, so that the
+        step need not wait for the device (`read_losses`)."""
+        self.unread.append(loss)
+        if len(self.unread) >= UNREAD_LOSSES:
+            self.read_losses()
+
+    def read_losses(self) -> None:
+        """Read the recorded losses back at once, and fold them into the moving average."""
+        if not self.unread:
+            return
+        tensors = [x for x in self.unread if isinstance(x, torch.Tensor)]
+        read = iter(torch.stack(tensors).tolist() if tensors else ())
+        values = [next(read) if isinstance(x, torch.Tensor) else float(x) for x in self.unread]
+        self.unread.clear()
+        for loss in values:
+            self.losses.append(loss)
+            first = self.minibatches == 0 or not math.isfinite(self.loss_average)
+            self.loss_average = loss if first else (1 - DIVERGE_EMA) * self.loss_average + DIVERGE_EMA * loss
+            self.minibatches += 1
+            if self.minibatches >= DIVERGE_WARMUP and math.isfinite(self.loss_average):
+                self.lowest_average = min(self.lowest_average, self.loss_average)
 
     def due(self, iteration: int) -> bool:
         """Whether `check` at this iteration evaluates or checkpoints the model."""
@@ -123,6 +143,7 @@ class Monitor:
         """Evaluate if due; return True when the run should stop (target reached, out of time or
         of iterations)."""
         if self.warm is None:
+            settle(model)
             self.warm = (iteration, self.elapsed() - self.eval_s)
         if len(self.trajectory) < self.record:
             self.trajectory.append(get_params(model, torch.empty(num_params(model))).cpu())
@@ -140,6 +161,7 @@ class Monitor:
                 or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
+            settle(model)
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
 
@@ -191,8 +213,10 @@ class Monitor:
         return (end - first[1]) / max(iterations - first[0], 1)
 
     def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
+        settle(model)
         wall = self.elapsed()
         device = next(model.parameters()).device
+        self.read_losses()
         test_loss, accuracy = evaluate(self.workload, model, self.test, device)
         train_loss = sum(self.losses) / len(self.losses) if self.losses else None
         self.losses.clear()
@@ -210,6 +234,14 @@ class Monitor:
                 **({"diverged": True} if self.diverged else {}), **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
+
+
+def settle(model: torch.nn.Module) -> None:
+    """Wait for the steps queued on the model's GPU: a clock read after them counts their time
+    (a GPU's loop does not wait for its steps, `Context.compute_grads`)."""
+    param = next(model.parameters(), None) if model is not None else None
+    if param is not None and param.is_cuda:
+        torch.cuda.synchronize(param.device)
 
 
 def finite(x: float | None) -> float | None:

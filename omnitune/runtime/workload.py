@@ -184,7 +184,7 @@ def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather samples by index; a TensorDataset is indexed directly, others one by one."""
     if isinstance(dataset, TensorDataset):
         x, y = dataset.tensors[:2]
-        idx = torch.as_tensor(indices, dtype=torch.long, device=x.device)
+        idx = torch.as_tensor(indices, dtype=torch.long, device=x.device)    # from `batches`: there already
         return x[idx], y[idx]
     xs, ys = zip(*(dataset[int(i)] for i in indices))
     return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(ys)
@@ -207,18 +207,26 @@ def evaluate(workload: Workload, model: torch.nn.Module, test: Dataset,
 
 
 def batches(dataset: Dataset, batch_size: int, seed: int, shard: int = 0, n_shards: int = 1):
-    """An endless stream of (x, y) batches from one shard of `dataset`, reshuffled each epoch."""
+    """An endless stream of (x, y) batches from one shard of `dataset`, reshuffled each epoch.
+
+    A TensorDataset's epoch order goes where its tensors are once per epoch, and each batch's
+    indices are a slice of it: on a GPU a batch then costs no copy from the host, which would
+    wait for the steps queued before it (a small model's step is mostly such waits)."""
     import numpy as np
 
     mine = np.random.default_rng(seed).permutation(len(dataset))[shard::n_shards]
     rng = np.random.default_rng([seed, shard])
-    pos, order = len(mine), mine
+    where = dataset.tensors[0].device if isinstance(dataset, TensorDataset) else None
+    order, pos = None, 0
     while True:
-        idx = []
-        while len(idx) < batch_size:
-            if pos == len(order):
+        parts, need = [], batch_size
+        while need:
+            if order is None or pos == len(order):
                 order, pos = rng.permutation(mine), 0
-            take = min(batch_size - len(idx), len(order) - pos)
-            idx.extend(order[pos:pos + take])
-            pos += take
+                if where is not None:
+                    order = torch.from_numpy(order).to(where)
+            take = min(need, len(order) - pos)
+            parts.append(order[pos:pos + take])
+            pos, need = pos + take, need - take
+        idx = parts[0] if len(parts) == 1 else (torch.cat(parts) if where is not None else np.concatenate(parts))
         yield collate(dataset, idx)
