@@ -5,8 +5,13 @@ Context 256 characters, width 256, 6 layers of 4 heads (head dimension 64, which
 attention kernels like); 4,854,882 parameters. The training set is every non-overlapping
 257-character window of the training files (30,824 windows, 7.9 M characters with Python 3.11's
 standard library; 126 MB as int64 x and y); a GPU reads that many characters in seconds, so
-runs of minutes go over it many times. The test set is 128 windows of the validation files. Not
-calibrated: no target has been measured on a GPU yet, and it defines no TARGET_LOSS.
+runs of minutes go over it many times. The test set is 128 windows of the validation files.
+
+Target 1.00 nats per character (1.44 bits): on one NVIDIA H200 (2026-11-26, Python 3.12's
+standard library, one run of the runtime: sync on the GPU alone, batch 64, lr 1e-3, RECIPE with
+no horizon, so at a constant rate) a step took 20 ms, and the test loss read 1.49 at 17 s of
+training, 1.19 at 32 s, 1.008 at 57 s, 0.994 at 62 s, 0.951 at 87 s and 0.946 at 110 s, levelling
+off. The corpus is the running Python's standard library, so the figures move with its version.
 """
 
 import hashlib
@@ -37,6 +42,7 @@ loss_fn, metric = _charlm.loss_fn, _charlm.metric
 CONTEXT, WIDTH, LAYERS, HEADS = 256, 256, 6, 4
 TEST_WINDOWS = 128
 RECIPE = {**_charlm.RECIPE, "precision": "bf16"}
+TARGET_LOSS = 1.00      # nats per character (1.44 bits): see the docstring
 # The cache key holds this file's digest, not the sibling's: name the sibling's contents here.
 CACHE_DATASETS = f"{_charlm.CACHE_DATASETS} | {hashlib.sha256(_SHARED.read_bytes()).hexdigest()[:16]}"
 
