@@ -1,6 +1,6 @@
 """Does re-tuning during the run pay? One plan, run re-tuned and pinned, on real runs.
 
-    python -m benchmarks.retune [--quick] [--only NAME] [--seeds N]
+    python -m benchmarks.retune [--quick] [--only NAME] [--seeds N] [--arms re-tuned,pinned]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
 checkpoint three ways, seed by seed across them (interleaved, so the machine's drift falls on
@@ -14,7 +14,8 @@ the rates and batches the pauses chose.
 
 Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
 to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
-check of the glue). Writes benchmarks/results/retune.json (retune-quick.json with --quick).
+check of the glue). --only names any of benchmarks.plan_quality's workloads (gru-count, held out,
+too); --arms runs some of the arms. Writes benchmarks/results/retune.json (retune-quick.json with --quick).
 """
 
 from __future__ import annotations
@@ -53,17 +54,19 @@ def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> 
             "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s, "decisions": chosen}
 
 
-def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: bool) -> list[dict]:
-    prof = profiler.profile(local_cluster(), name, None, profiler.Settings.make(quick), work / "logs")
+def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: bool,
+          arms: tuple[str, ...] = ARMS) -> list[dict]:
+    prof = profiler.profile(local_cluster(), WORKLOADS[name].spec(name), None, profiler.Settings.make(quick),
+                            work / "logs")
     prof_path = work / f"{name}.profile.json"
     profile_mod.save(prof, prof_path)
     planned = planned_with(prof, prof_path, name, WORKLOADS[name], 0, work)
-    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     for k, seed in enumerate(seeds):         # seed by seed across the arms, each seed in another order
         plan = plan_mod.load(planned["path"])          # beside it: its start checkpoint, shared
         path = work / f"{name}-plan-seed{seed}.json"
         plan_mod.save(replace(plan, spec=replace(plan.spec, seed=seed)), path)
-        for arm in ARMS[k % len(ARMS):] + ARMS[:k % len(ARMS)]:
+        for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
             runs[arm].append(one_run(path, work, f"{name}-{arm.replace(' ', '-')}-s{seed}", limit_s, arm))
             print(f"{name} {arm} seed {seed}: {runs[arm][-1]['time_s']:.1f}s", flush=True)
     rows = []
@@ -78,9 +81,12 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
                      "batches": sorted({sum(a["batch_size"].values()) for a in switched if "batch_size" in a}),
                      "runs": rs, "plan": describe_plan(planned["plan"])})
     by = {r["config"]: r for r in rows}
-    by["re-tuned"]["retuned_over_pinned"] = by["re-tuned"]["median_s"] / by["pinned"]["median_s"]
-    by["re-tuned"]["batches_over_rates_only"] = by["re-tuned"]["median_s"] / by["rates only"]["median_s"]
-    by["rates only"]["retuned_over_pinned"] = by["rates only"]["median_s"] / by["pinned"]["median_s"]
+    for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
+                           ("rates only", "pinned", "retuned_over_pinned")):
+        if arm in by and over in by:
+            by[arm][key] = by[arm]["median_s"] / by[over]["median_s"]
+    for r in rows:
+        r["held_out"] = WORKLOADS[name].held_out
     return rows
 
 
@@ -89,13 +95,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="lenet-digits, one seed: a check of the glue")
     parser.add_argument("--only", action="append", help="a workload (repeatable)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 1 with --quick)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} to run (comma-separated)")
     args = parser.parse_args()
-    workloads = [k for k in (QUICK if args.quick else FULL) if not args.only or k in args.only]
+    arms = tuple(a.strip() for a in args.arms.split(","))
+    if not arms or any(a not in ARMS for a in arms):
+        parser.error(f"--arms: each of {', '.join(ARMS)}, got {args.arms!r}")
+    if any(k not in WORKLOADS for k in args.only or ()):
+        parser.error(f"--only: one of {', '.join(WORKLOADS)}")
+    workloads = list(args.only) if args.only else list(QUICK if args.quick else FULL)
     seeds = tuple(range(1, 1 + (args.seeds or (1 if args.quick else 3))))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in workloads:
-            rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick)
+            rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick, arms)
     if args.only and not args.quick:          # the other workloads' rows of the last full run stay
         last = RESULTS / "retune.json"
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []

@@ -49,6 +49,28 @@ def test_unequal_speed_is_declared_beyond_the_noise_of_the_repeats(sample_profil
     assert planning.hardware.heterogeneous(slowed(sample_profile, tmp_path, [1, 1.2], spread=0.0), ids(2))
 
 
+def test_slow_spells_at_some_batch_sizes_are_noise_and_a_ratio_that_grows_with_the_batch_is_not(sample_profile,
+                                                                                               tmp_path):
+    """perfmodel.slower takes the noise from the ratio's scatter about a line in log batch where
+    that is larger than the repeats' spread: an H200 machine's identical cores, with slow spells
+    at some sizes and tight repeats, read one core slower in each of three profiles; a GPU's
+    ratio to a core grows with the batch, and that is a difference, not scatter."""
+    from omnitune.efficiency.perfmodel import slower
+
+    prof = slowed(sample_profile, tmp_path, [1, 1], spread=0.02)
+    a, b = prof.devices
+
+    def stretched(d, factor):
+        return dataclasses.replace(d, steps=tuple(dataclasses.replace(t, sec_per_step=t.sec_per_step * factor(k, t),
+                                                                      samples_per_s=t.samples_per_s / factor(k, t))
+                                                  for k, t in enumerate(d.steps)))
+    spells = (1.0, 1.45, 1.0, 1.4, 1.0, 1.45, 1.12)        # 40-45% slower at three of seven sizes
+    assert len(b.steps) == len(spells)
+    assert not slower(a, stretched(b, lambda k, t: spells[k]))
+    assert slower(a, stretched(b, lambda k, t: 1.5))                      # slower at every size: real
+    assert slower(a, stretched(b, lambda k, t: t.batch_size ** 0.5))       # more so with the batch: real
+
+
 def layouts(setups):
     return {s.layout: dict(s.idle) for s in setups}
 

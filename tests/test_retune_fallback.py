@@ -4,7 +4,6 @@ from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
 """Where re-tuning's winner has momentum zero or below, the run falls back to less asynchrony
 (planning/retune.retuned)."""
 
-from omnitune.planning import MU_STAR
 from omnitune.planning.retune import retuned
 from tests.conftest import make_spec
 
@@ -15,8 +14,8 @@ def test_a_winner_keeps_the_groups_and_zero_momentum_drops_them():
     spec = make_spec("groups", [["cpu0"], ["cpu1"]], lr=0.1, momentum=0.4)
     keep = retuned(spec, (0.05, 0.3))
     assert (keep.lr, keep.momentum, keep.groups) == (0.05, 0.3, spec.groups)
-    fewer = retuned(spec, (0.1, 0.0))
-    assert fewer.variant == Sync() and fewer.groups == (("cpu0", "cpu1"),) and fewer.momentum == MU_STAR
+    fewer = retuned(spec, (0.1, 0.0))          # two groups at 0: a total of 0.5, which sync keeps
+    assert fewer.variant == Sync() and fewer.groups == (("cpu0", "cpu1"),) and fewer.momentum == 0.5
 
 
 @pytest.mark.parametrize("protocol, groups, extra, after", [
@@ -29,10 +28,11 @@ def test_a_winner_keeps_the_groups_and_zero_momentum_drops_them():
     ("sync", [["cpu0", "cpu1"]], {}, Sync()),
 ])
 def test_every_protocol_falls_back_to_a_spec_the_runtime_takes(protocol, groups, extra, after):
-    """Best momentum zero: less asynchrony by the variant's own rule, and a valid run spec
-    (RunSpec validates on construction: softsync once crashed here with multi-device groups)."""
+    """Best momentum zero: less asynchrony by the variant's own rule, at the momentum that keeps
+    the winner's total, and a valid run spec (RunSpec validates on construction: softsync once
+    crashed here with multi-device groups)."""
     spec = make_spec(protocol, groups, momentum=0.3, **extra)
     new = retuned(spec, (spec.lr, 0.0))
     assert new.variant == after
-    assert new.momentum == (0.0 if after == spec.variant else
-                            pytest.approx(MU_STAR - after.implicit_momentum(), abs=1e-4))
+    total = spec.variant.implicit_momentum()
+    assert new.momentum == (0.0 if after == spec.variant else pytest.approx(total - after.implicit_momentum(), abs=1e-4))

@@ -111,7 +111,7 @@ def test_a_pause_that_doubles_the_batch_goes_on_from_its_checkpoint_at_it(tmp_pa
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], batch=8, lr=0.005, target=0.9)
     run_dir = tmp_path / "run"
 
-    def replan(spec, checkpoint, stalled):
+    def replan(spec, checkpoint, why):
         new = retune_mod.retuned(spec, retune_mod.Setting(spec.lr * 2, spec.momentum, 2.0)) \
             if max(spec.batch_size.values()) < 16 else spec
         return new, {"before": {"batch_size": spec.batch_size}, "after": {"batch_size": new.batch_size},
@@ -134,7 +134,7 @@ def test_a_pause_that_changes_the_protocol_goes_on_from_its_checkpoint_under_it(
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], batch=16, lr=0.005, target=0.9)
     run_dir = tmp_path / "run"
 
-    def replan(spec, checkpoint, stalled):
+    def replan(spec, checkpoint, why):
         new = retune_mod.retuned(spec, retune_mod.Setting(spec.lr, 0.4, 1.0, Groups(g=2))) \
             if spec.variant != Groups(g=2) else spec
         return new, {"before": {}, "after": {"protocol": new.variant.label}, "switched": new != spec}

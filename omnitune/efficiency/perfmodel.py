@@ -187,22 +187,42 @@ class Cores:
 
 NOISE_Z = 3.0         # devices differ in speed when their throughputs differ by this many standard errors
 FIXED_MARGIN = 0.10   # or, for profiles without the repeats' spread, by this fraction
+MAD_TO_SD = 1.4826    # a normal sample's standard deviation over its median absolute deviation
 
 
 def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> bool:
     """Whether `other` is slower than `fast` beyond the profile's noise: the median over common
     batch sizes of the log throughput ratio against z standard errors of it, taken from the
-    spread of the repeats (the median of the pair's summed variances, over the number of batch
-    sizes). Identical devices can measure far apart at one batch size, and which is faster can
-    change from one size to the next. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
+    spread of the repeats (the median of the pair's summed variances) or, where larger, from the
+    ratio's own scatter over the batch sizes (`scatter`), over the number of batch sizes. Identical devices can measure far apart at one
+    batch size, and which is faster can change from one size to the next: a slow spell of the
+    host moves a whole size, which the repeats' spread within it does not see. On an H200
+    machine's 16 identical cores, the spread alone found a core slower than the fastest in each
+    of three profiles (and so timed 10 calibration jobs of groups formed by speed); with the
+    scatter, in one. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
     a, b = ({s.batch_size: s for s in d.steps} for d in (fast, other))
     common = sorted(set(a) & set(b))
     if not common:
         return False
     ratios = [math.log(a[k].samples_per_s / b[k].samples_per_s) for k in common]
     noise = [a[k].spread ** 2 + b[k].spread ** 2 for k in common]
-    margin = z * math.sqrt(statistics.median(noise) / len(common)) if any(noise) else -math.log(1 - FIXED_MARGIN)
-    return statistics.median(ratios) > margin
+    if not any(noise):
+        return statistics.median(ratios) > -math.log(1 - FIXED_MARGIN)
+    return statistics.median(ratios) > z * max(math.sqrt(statistics.median(noise)), scatter(common, ratios)) \
+        / math.sqrt(len(common))
+
+
+def scatter(batches: list[int], ratios: list[float]) -> float:
+    """The noise of log throughput ratios over batch sizes: the median absolute deviation (as a
+    standard deviation) of their residuals from a straight line in log batch, so that a ratio that
+    changes with the batch (a GPU against a CPU core) is a difference, not noise."""
+    if len(ratios) < 3:
+        return 0.0
+    x = np.log(np.asarray(batches, float))
+    slope, intercept = np.polyfit(x, ratios, 1)
+    residuals = list(np.asarray(ratios) - (intercept + slope * x))
+    middle = statistics.median(residuals)
+    return MAD_TO_SD * statistics.median(abs(r - middle) for r in residuals)
 
 
 def unequal(devices: list[DeviceProfile], z: float = NOISE_Z) -> bool:

@@ -35,6 +35,9 @@ That is not enough against short-horizon bias, which runs one way: towards lower
 raw and cooled, after 30, 100 and 300 updates alike, and takes 18,600 iterations to the target
 against 10,300. So a pause lowers the rate only where the run's own readings say it is stuck
 (`stalled`: runtime/monitor.py) or the cool-down reaches the target; otherwise it may raise it.
+A pause of a run that is not stalled reads only the settings it may switch to
+(`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
+prices: 7 readings, the repeats counted, not 9).
 
 When the chosen setting's cool-down reaches the target on the validation subset, the run goes
 on at the cooled rate: a rate that sits on a plateau below the target while a lower one would
@@ -53,7 +56,7 @@ from omnitune.core import protocols
 from omnitune.core.protocols import Variant
 from omnitune.core.runspec import RunSpec
 from omnitune.planning.hardware import StepTime
-from omnitune.planning.space import MU_STAR, OMNIVORE_MOMENTA
+from omnitune.planning.space import OMNIVORE_MOMENTA
 
 LR_STEPS = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
 NOISE_FLOOR = 0.01       # scores closer than this fraction of the current one are a tie
@@ -93,11 +96,18 @@ def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[fl
     return list(dict.fromkeys(out))
 
 
-def spec_candidates(spec: RunSpec, step_s: StepTime | None) -> list[Setting]:
+def spec_candidates(spec: RunSpec, step_s: StepTime | None, stalled: bool | None = None) -> list[Setting]:
     """`candidates` for a running spec: with asynchrony, the momenta; with the hardware model,
-    the batches and protocols it prices."""
-    return candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0, batch_scales(spec, step_s),
-                      faster_protocols(spec, step_s))
+    the batches and protocols it prices. `stalled=False` leaves out what a pause would not switch
+    to: a lower rate per sample of batch (`challenger` passes them over while the run is not
+    stalled: short-horizon bias). Of a sync plan's 7 candidates where the profile prices its
+    batches, 5. A stalled run's pause reads them all: a stall may be a rate too high to settle
+    or one too low to move (lenet-digits at lr 0.001 sits at chance and stalls)."""
+    every = candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0, batch_scales(spec, step_s),
+                       faster_protocols(spec, step_s))
+    if stalled is None or stalled:
+        return every
+    return [c for c in every if c.noise >= every[0].noise * (1 - 1e-3)]
 
 
 def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
@@ -201,19 +211,21 @@ def challenger(current: Setting, readings: dict[Setting, list[Reading]], stalled
 
 
 def decide(current: Setting, readings: dict[Setting, list[Reading]], target: float = math.inf,
-           stalled: bool = False) -> Decision:
+           stalled: bool = False, diverged: bool = False) -> Decision:
     """Switch to the `challenger` only when it beats the current setting by more than the noise
     on both the raw and the cooled loss: the larger spread of the two settings' repeats, and at
     least NOISE_FLOOR of the current loss. The raw loss alone favours low rates (short-horizon
     bias), the cooled alone high ones that would need cooling soon; where they agree, the switch
     holds on either horizon. A lower rate is a rival only while the run is `stalled`. A setting
-    whose loss is not finite never wins. Then, where the chosen setting's cool-down reached the
-    `target` score on every repeat, go on cooled."""
+    whose loss is not finite never wins. Where the current setting diverged, from the checkpoint
+    or in the run (`diverged`), it is no incumbent: the best cooled reading wins. Then, where the
+    chosen setting's cool-down reached the `target` score on every repeat, go on cooled."""
     cooled = means(readings, "cooled")
-    if current not in cooled:
+    if current not in cooled or diverged:
         best = min(cooled, key=cooled.get, default=current)
-        return cool(Decision(best, best != current, 0.0, "the current setting diverged from the checkpoint"),
-                    readings, target)
+        why = "from the checkpoint" if current not in cooled else "in the run"
+        return cool(Decision(best, best != current, 0.0, f"the current setting diverged {why}: the best cooled "
+                             f"reading wins"), readings, target)
     rival = challenger(current, readings, stalled)
     gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
     if rival and all(g > m for g, m in gaps.values()):
@@ -265,11 +277,14 @@ def shaped(spec: RunSpec, setting: Setting) -> RunSpec:
 def retuned(spec: RunSpec, setting: Setting) -> RunSpec:
     """The spec at this setting; with less asynchrony when the momentum is zero or below
     (Omnivore: asynchrony already supplies more momentum than is wanted), at the explicit momentum
-    the variant's rule gives there. A setting of another protocol keeps the momentum it came with
+    that keeps the winner's total (explicit and implicit, by the rule), which its reading chose.
+    Falling back to the synchronous optimum instead (MU_STAR) put a held-out workload's run, whose
+    winner was two groups at momentum 0 (total 0.5; 0.9 read worst), on sync at 0.9, never read,
+    and it diverged 25 s later. A setting of another protocol keeps the momentum it came with
     (`faster_protocols`: the rule's, which may be below zero)."""
     spec, (lr, momentum, _, variant) = shaped(spec, setting), Setting(*setting)
     fewer = spec.variant.less_asynchronous(len(spec.devices)) if momentum <= 0 and variant is None else None
     if fewer is None:
         return replace(spec, lr=lr, momentum=momentum)
     return replace(spec, variant=fewer, groups=fewer.group(spec.device_ids), lr=lr,
-                   momentum=fewer.rule_momentum(MU_STAR))
+                   momentum=fewer.rule_momentum(momentum + spec.variant.implicit_momentum()))

@@ -221,25 +221,30 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
 
 
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
-    """What a pause's readings should cost before one was timed: each candidate's updates, its
-    cool-down and its two evaluations, and the repeats of two of them, at the run's seconds per
-    iteration for each device (the emulation steps every device's batch in this process).
-    teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s); shapes-resnet at
-    batch 16, 16 ms a step: about 9.5 s (8.6-12.7 s); 1.5 s was guessed for both before."""
-    tried = retune_mod.spec_candidates(spec, step_s)
+    """What a pause's readings should cost before one was timed: each candidate it reads (those
+    of no lower rate per sample: retune.spec_candidates) trains its updates, cools down and is
+    evaluated twice, and two of them are read again, at the run's seconds per iteration for each
+    device (the emulation steps every device's batch in this process). teacher-mlp, 5 ms a step:
+    about 1.4 s with every candidate (its pauses' probes took 2.0-2.5 s); shapes-resnet at batch
+    16, 16 ms a step: about 9.5 s (8.6-12.7 s)."""
+    tried = retune_mod.spec_candidates(spec, step_s, stalled=False)
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
     return (len(tried) + 2) * (updates + evaluations) * sec_per_iter * len(spec.devices)
 
 
-def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int,
+def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
            step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
-    """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): every
-    setting of retune.candidates is read at the pause (`pause_reading`, on the same batches) and
+    """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
+    settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
+    one whose current setting diverges from here; else none of a lower rate per sample)
+    are read at the pause (`pause_reading`, on the same batches) and
     scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
     samples; the current setting and the challenger (retune.challenger) are read again on other
     batches, which measures the noise; the run switches only beyond it on both losses, to a lower
     rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
+    `why` the run paused: "schedule", "stall" (stalled) or "divergence" (stalled, and the run's
+    loss diverged at its current setting, so the best reading wins, no margin asked).
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
     the current setting's (retune.pace).
@@ -250,17 +255,22 @@ def retune(spec: RunSpec, checkpoint: Path, stalled: bool, iters: int,
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
-    tried = retune_mod.spec_candidates(spec, step_s)
-    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in tried}
+    stalled, diverged = why in ("stall", "divergence"), why == "divergence"
+    every = retune_mod.spec_candidates(spec, step_s)
+    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every}
 
     def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
         return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
-    readings = {setting: [read(setting, spec.seed + 1)] for setting in tried}
+    # The current setting first: where it diverges from here, the pause reads as a stalled run's.
+    readings = {current: [read(current, spec.seed + 1)]}
+    stalled = stalled or not math.isfinite(readings[current][0].cooled)
+    for setting in retune_mod.spec_candidates(spec, step_s, stalled)[1:]:
+        readings[setting] = [read(setting, spec.seed + 1)]
     rival = retune_mod.challenger(current, readings, stalled)
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled)
+    decision = retune_mod.decide(current, readings, target, stalled, diverged)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}

@@ -36,7 +36,7 @@ from omnitune.runtime.topology import nodes, roles
 
 # (run spec, checkpoint, whether the run is stalled or diverged) -> (the re-tuned run spec, a record
 # of what was tried, for replans.jsonl)
-Replanner = Callable[[RunSpec, Path, bool], tuple[RunSpec, dict]]
+Replanner = Callable[[RunSpec, Path, str], tuple[RunSpec, dict]]   # (spec, checkpoint, why) -> the next spec, a record
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         latest = (readings(run_dir) or [{}])[-1]
         why = "divergence" if latest.get("diverged") else "stall" if latest.get("stalled") else "schedule"
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
-        spec, record = replan(job.spec, run_dir / checkpoint.FILE, why == "divergence" or bool(latest.get("stalled")))
+        spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
         probes_s = time.perf_counter() - began
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
