@@ -129,7 +129,7 @@ def timed_g(g: int, n: int) -> bool:
     """Whether the profile times groups formed by speed at g of n devices: at a power of two or at n.
     An H200 machine's 16 cores timed every g from 2 to 16: 33 of its 69 calibration jobs;
     between the powers of two, log seconds per update interpolated in log g came within 15% of
-    the measured (within 5% at the median: benchmarks/results/gpu-profile.json)."""
+    the measured (within 5% at the median: benchmarks/results/gpu-profile.json as of commit 4c537ff)."""
     return g == n or g & (g - 1) == 0
 
 

@@ -194,8 +194,9 @@ def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> boo
     """Whether `other` is slower than `fast` beyond the profile's noise: the median over common
     batch sizes of the log throughput ratio against z standard errors of it, taken from the
     spread of the repeats (the median of the pair's summed variances) or, where larger, from the
-    ratio's own scatter over the batch sizes (`scatter`), over the number of batch sizes. Identical devices can measure far apart at one
-    batch size, and which is faster can change from one size to the next: a slow spell of the
+    ratio's own scatter over the batch sizes (`scatter`), over the number of batch sizes.
+    Identical devices can measure far apart at one batch size, and which is faster can change
+    from one size to the next: a slow spell of the
     host moves a whole size, which the repeats' spread within it does not see. On an H200
     machine's 16 identical cores, the spread alone found a core slower than the fastest in each
     of three profiles (and so timed 10 calibration jobs of groups formed by speed); with the

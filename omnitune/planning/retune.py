@@ -96,18 +96,22 @@ def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[fl
     return list(dict.fromkeys(out))
 
 
-def spec_candidates(spec: RunSpec, step_s: StepTime | None, stalled: bool | None = None) -> list[Setting]:
+def spec_candidates(spec: RunSpec, step_s: StepTime | None, stalled: bool = True) -> list[Setting]:
     """`candidates` for a running spec: with asynchrony, the momenta; with the hardware model,
-    the batches and protocols it prices. `stalled=False` leaves out what a pause would not switch
-    to: a lower rate per sample of batch (`challenger` passes them over while the run is not
-    stalled: short-horizon bias). Of a sync plan's 7 candidates where the profile prices its
-    batches, 5. A stalled run's pause reads them all: a stall may be a rate too high to settle
-    or one too low to move (lenet-digits at lr 0.001 sits at chance and stalls)."""
-    every = candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0, batch_scales(spec, step_s),
-                       faster_protocols(spec, step_s))
-    if stalled is None or stalled:
-        return every
-    return [c for c in every if c.noise >= every[0].noise * (1 - 1e-3)]
+    the batches and protocols it prices; `readable` of them, as the run is `stalled` or not."""
+    return readable(candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
+                               batch_scales(spec, step_s), faster_protocols(spec, step_s)), stalled)
+
+
+def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
+    """The `settings` (the current one first) a pause reads: for a run that is not stalled, none
+    of a lower rate per sample of batch, which `challenger` passes over (short-horizon bias); of
+    a sync plan's 7 candidates where the profile prices its batches, 5. A stalled run's pause
+    reads them all: a stall may be a rate too high to settle or one too low to move
+    (lenet-digits at lr 0.001 sits at chance and stalls)."""
+    if stalled:
+        return settings
+    return [c for c in settings if c.noise >= settings[0].noise * (1 - 1e-3)]
 
 
 def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:

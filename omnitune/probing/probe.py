@@ -264,7 +264,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     # The current setting first: where it diverges from here, the pause reads as a stalled run's.
     readings = {current: [read(current, spec.seed + 1)]}
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
-    for setting in retune_mod.spec_candidates(spec, step_s, stalled)[1:]:
+    for setting in retune_mod.readable(every, stalled)[1:]:
         readings[setting] = [read(setting, spec.seed + 1)]
     rival = retune_mod.challenger(current, readings, stalled)
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise

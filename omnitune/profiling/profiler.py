@@ -78,7 +78,7 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         if gathered is None:                    # another node's rank 0 has the measurements
             return None
         network, calibration = read_gathered(gathered, devices, everyone)
-        progress(took(gathered[0]["phases"], len(everyone)))
+        progress(took(gathered[0]["phases"], len(concurrent) + 1))      # a rank per device, and the server rank
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))

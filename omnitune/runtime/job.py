@@ -34,9 +34,9 @@ from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes, roles
 
-# (run spec, checkpoint, whether the run is stalled or diverged) -> (the re-tuned run spec, a record
-# of what was tried, for replans.jsonl)
-Replanner = Callable[[RunSpec, Path, str], tuple[RunSpec, dict]]   # (spec, checkpoint, why) -> the next spec, a record
+# (run spec, checkpoint, why the run paused: "schedule", "stall" or "divergence") -> (the re-tuned
+# run spec, a record of what was tried, for replans.jsonl)
+Replanner = Callable[[RunSpec, Path, str], tuple[RunSpec, dict]]
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,7 @@ def main(job: ProfileJob) -> list[dict] | None:
         timer = StepTimer(wl, train, torch_dev, device)
         result: dict = {"rank": rank}
         began = time.perf_counter()
+        phases = {"ready_s": time.time() - job.launched_at if job.launched_at else 0.0}
         if device is not None:
             result.update(device_id=device.id, steps=measure_steps(timer, job.settings, barrier=dist.barrier))
         else:
@@ -307,8 +308,7 @@ def main(job: ProfileJob) -> list[dict] | None:
         model_bytes = sum(p.numel() * p.element_size() for p in timer.model.parameters())
         sizes = message_sizes(model_bytes)
         reps = job.settings.link_repeats
-        phases = {"ready_s": time.time() - job.launched_at if job.launched_at else 0.0,
-                  "steps_s": time.perf_counter() - began}
+        phases["steps_s"] = time.perf_counter() - began
         allreduce = time_allreduce(len(job.devices), sizes, reps)
         p2p = time_p2p(sizes, reps, p2p_partner(job.nodes))
         if rank == 1:

@@ -184,7 +184,7 @@ def collate(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather samples by index; a TensorDataset is indexed directly, others one by one."""
     if isinstance(dataset, TensorDataset):
         x, y = dataset.tensors[:2]
-        idx = torch.as_tensor(indices, dtype=torch.long, device=x.device)    # from `batches`: there already
+        idx = torch.as_tensor(indices, dtype=torch.long, device=x.device)    # `batches`' slices: there already
         return x[idx], y[idx]
     xs, ys = zip(*(dataset[int(i)] for i in indices))
     return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(ys)
