@@ -20,7 +20,8 @@ one core per GPU (`gpus+per-core`: one single-thread worker per free core; `gpus
 one worker, `cpu-rest`, on all of them). A GPU is timed without CPU workers running beside it,
 its batch doubled past `--max-batch` while its throughput rises by more than 5% (or until its
 memory runs out, which ends its range with a message, not an error). The mixed layouts are
-timed as they run, in sync jobs with balanced batches. CPU workers of fewer threads than the
+timed as they run, in sync jobs with balanced batches, each layout's jobs at batches its own
+steps allow; the calibration jobs share about 8 s. CPU workers of fewer threads than the
 widest (the layouts between one worker per core and one on all of them) are timed briefly: no
 calibration job runs their layouts, so a setup on one is timed before it may win. The profile's
 progress line names what each of its parts took.
@@ -37,7 +38,9 @@ checkpoint; its clock counts the probe's iterations at the plan's predicted spee
 probe's own time): a GPU's plan probed on the CPU leaves the slower CPU's time in planning.
 
 On a GPU alone the runtime's loop does not wait for each step: it reads the training losses
-back in batches and takes each batch's indices from an epoch's order kept on the GPU.
+back in batches and takes each batch's indices from an epoch's order kept on the GPU. Every
+process updates with torch's multi-tensor SGD or AdamW arithmetic, a few kernels for the whole
+model, and sets gradients to None rather than zeroing them.
 
 Figures below come from `python -m benchmarks.gpu` (and `benchmarks.overhead --device cuda`),
 written by `python -m benchmarks.docs`.

@@ -774,3 +774,21 @@ def test_scouts_that_have_not_learned_train_longer_before_they_rank(sample_profi
         slow_start(cfg, max_iters, max_seconds), train_loss=1.0)
     planning.search(sample_profile, space, quick)
     assert calls[1][0] == 0.01 and calls[1][1] < 2 * calls[0][1]       # the next decade: not the first, longer
+
+
+def test_the_final_round_trains_on_only_as_far_as_the_budget_left_allows():
+    """The finalists train on to FINAL_GROWTH times their probes' training time where the budget
+    left covers it, to less where it does not, and not at all where it would not reach half again
+    (an H200 machine's planning ran 12.3 s on a 9.9 s budget with the round outside it)."""
+    from types import SimpleNamespace as NS
+    from omnitune.planning.final import FINAL_GROWTH, fitting_growth
+    # Two finalists, 1 ms per iteration predicted, probes of 100 iterations in 0.2 s (2 ms each).
+    first = [NS(sec_per_iter=1e-3, probe=NS(seconds=0.2, iters=100, config=name)) for name in "ab"]
+    prober = NS(handoffs={name: NS(iterations=100) for name in "ab"})
+    train_s = 0.1                                    # 100 iterations of predicted training time
+    # Growth g costs 2 finalists x (100 g - 100) iterations x 2 ms = 0.4 (g - 1) s.
+    assert fitting_growth(first, prober, train_s, 10.0) == FINAL_GROWTH
+    assert fitting_growth(first, prober, train_s, 0.4) == pytest.approx(2.0)
+    assert fitting_growth(first, prober, train_s, 0.1) is None         # 1.25x: no round
+    assert fitting_growth(first, prober, train_s, -1.0) is None
+    assert budget.final_reserve_s(0.2) == pytest.approx(0.4)            # room for 2x, probes of 0.2 s

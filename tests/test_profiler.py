@@ -99,6 +99,21 @@ def test_one_device_layouts_get_a_sync_job_at_two_batches_cut_like_the_measured_
                                 settings) == ()
 
 
+def test_a_gpu_alone_is_calibrated_at_batches_its_own_steps_allow():
+    """A one-device layout's jobs are cut by that device's steps, not the measured CPU layout's:
+    a fast GPU beside slow cores still gets its job at the largest calibration batch."""
+    cluster = local_cluster(cpu_count=4, cuda_count=1)
+    settings = Settings(calibrate_s=0.4, calibrate_batches=(16, 64, 256))
+    alone = profiler.alone_specs(cluster, "one-per-core", "lenet-digits", None, settings)
+    slow = [StepTiming(b, b * 3e-3, 1 / 3e-3) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    fast = [StepTiming(b, 1e-3 + b * 1e-6, b / (1e-3 + b * 1e-6)) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    job = ProfileJob("lenet-digits", None, cluster.layout("one-per-core"), settings, "one-per-core",
+                     alone_specs=alone, alone_steps={"cuda0": fast})
+    batches = {(name, s.batch_size[s.devices[0].id]) for name, s in alone_sized(job, [slow] * 4)}
+    assert ("gpus", 256) in batches and ("gpus", 16) in batches
+    assert ("one-worker", 32) in batches        # no steps of its own here: cut by the measured layout's
+
+
 def test_round_trips_cross_the_link_between_nodes_when_there_is_one():
     one = (Node(0, "127.0.0.1", (0, 1, 2)),)
     assert p2p_partner(one) == 1

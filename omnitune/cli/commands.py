@@ -148,7 +148,7 @@ def _render_plan(result, out_path: Path) -> None:
                 f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
                 f"{p.sec_per_iter * 1e3:.2f} ms")
         final = (f"; the best of the {result.planning.finalists} best setups then trained on to "
-                 f"{planning.final.FINAL_GROWTH:g}× as long, and the lowest loss there won"
+                 f"up to {planning.final.FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
                  if result.planning.finalists else "")
         out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                   f"lowest training loss after equal training time (Omnivore's criterion; losses within "

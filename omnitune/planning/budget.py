@@ -12,8 +12,10 @@ less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the w
 (datasets included) ends within about 15 s, and the table says the job was too small for a full
 search. When no probe of the cold start's decades can predict (a long job: its curve has barely
 left chance), the budget stays UNKNOWN_BUDGET_S, and the search ranks configurations by training
-loss after equal training time instead; the leaders of the two best setups then train on past the
-budget (final.FINALISTS), and the winner's training is handed on to the run, not spent. That
+loss after equal training time instead; the leaders of the two best setups then train on
+(FINALISTS, final.py) in what the probes left of the budget (`final_reserve_s`: on an H200
+machine the round ran past it, planning 12.3 s on a 9.9 s budget), and the winner's training is
+handed on to the run, not spent. That
 budget is small because the run re-tunes as it goes (runtime/job.py): on teacher-mlp (5 seeds,
 benchmarks.plan_quality --small-budget-s 6) a 6 s search lost nothing in the run against a 15 s
 one, and cost 7 s of planning against 16. Scouts must learn before they rank: where the first
@@ -52,6 +54,9 @@ ERRORS_AT_TARGET = 50    # about this many are wrong at the target (a high targe
 EVALS = 64               # at most this many times (closely at first; the last at the probe's end),
 RANKING_EVALS = 4        # fewer when probes are ranked by their training loss,
 EVAL_SHARE = 0.25        # and in all for at most about this share of the probe's time
+FINALISTS = 2            # the final round (final.py): the best setups ranked by loss train on
+FINAL_GROWTH = 3.0       # to at most this many times their probes' training time,
+FINAL_RESERVED = 2.0     # and the probes leave the budget room for this many
 
 
 def probe_test_size(target: float, available: int) -> int:
@@ -117,3 +122,9 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
 def least_probing(fastest_probe_sec: float) -> float:
     """Seconds of UNKNOWN_PROBES probes of MIN_PROBE_ITERS at the fastest setup's probe step."""
     return UNKNOWN_PROBES * MIN_PROBE_ITERS * fastest_probe_sec
+
+
+def final_reserve_s(probe_s: float) -> float:
+    """What ranking by loss keeps of the budget for the final round, probes of `probe_s` each:
+    room for FINAL_RESERVED, not FINAL_GROWTH, so that the search's probes are not cut by half."""
+    return FINALISTS * (FINAL_RESERVED - 1) * probe_s

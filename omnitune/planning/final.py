@@ -19,8 +19,7 @@ from omnitune.planning.ranking import UNRANKED, long_horizon_keys, rank_key
 from omnitune.planning.space import Scored
 from omnitune.planning.trials import Trials
 
-FINALISTS = 2
-FINAL_GROWTH = 3.0
+FINALISTS, FINAL_GROWTH = budget_mod.FINALISTS, budget_mod.FINAL_GROWTH
 
 
 def leaders(scored: list[Scored]) -> list[Scored]:
@@ -41,10 +40,14 @@ def final(scored: list[Scored], trials: Trials) -> tuple[list[Scored], int]:
     first = leaders(scored)
     if len(first) < 2 or any(s.probe.config not in prober.handoffs for s in first):
         return scored, 0
+    growth = fitting_growth(first, prober, phase.train_s, trials.spending.left())
+    if growth is None:
+        trials.log("no final round: the probes spent the planning budget")
+        return scored, 0
     went_on = []
     for s in first:
         start = prober.handoffs[s.probe.config]
-        total = max(start.iterations + budget_mod.MIN_PROBE_ITERS, round(FINAL_GROWTH * phase.train_s / s.sec_per_iter))
+        total = max(start.iterations + budget_mod.MIN_PROBE_ITERS, round(growth * phase.train_s / s.sec_per_iter))
         per_iter = s.probe.seconds / max(s.probe.iters, 1)       # as fast as its probe went
         limit_s = budget_mod.GUARD * max(budget_mod.MIN_PROBE_S, (total - start.iterations) * per_iter)
         r = trials.runner.go_on(s.probe.config, total, limit_s, budget_mod.RANKING_EVALS, start=start)
@@ -56,3 +59,14 @@ def final(scored: list[Scored], trials: Trials) -> tuple[list[Scored], int]:
                                s.probe.start_loss) for s, r in zip(first, went_on)])
     order = [went_on[i] for i in sorted(range(len(went_on)), key=lambda i: keys[i] or UNRANKED)]
     return order + [s for s in scored if s not in first], len(went_on)
+
+
+
+def fitting_growth(first: list[Scored], prober: HandsOn, train_s: float, left_s: float) -> float | None:
+    """How far the finalists train on, as a multiple of the probes' training time: FINAL_GROWTH,
+    or less where that would outrun what is left of the budget (each finalist costs its probe's
+    seconds per iteration); None where they could not train on by half again."""
+    rate = sum(train_s / s.sec_per_iter * s.probe.seconds / max(s.probe.iters, 1) for s in first)
+    done = sum(prober.handoffs[s.probe.config].iterations * s.probe.seconds / max(s.probe.iters, 1) for s in first)
+    growth = min(FINAL_GROWTH, (max(left_s, 0.0) + done) / rate) if rate > 0 else FINAL_GROWTH
+    return growth if growth >= 1.5 else None

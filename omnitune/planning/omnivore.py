@@ -73,6 +73,7 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     scored, finalists = final(scored, trials)
     b = spending.budget
     reason = b.reason if not finalists else \
-        f"{b.reason}; then the {finalists} leaders trained on to {FINAL_GROWTH:g}× their probes' training time"
+        f"{b.reason}; then the {finalists} leaders trained on, up to {FINAL_GROWTH:g}× their probes' training time " \
+        "within the budget"
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
                                    RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists))

@@ -73,10 +73,14 @@ class Spending:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def fits(self, iters: int, probe_sec: float) -> bool:
-        """Whether a probe of `iters` iterations at `probe_sec` each ends within the budget: one
-        that would overrun it is not started (on a large simulated fleet one probe takes seconds)."""
-        return self.elapsed() + iters * probe_sec <= self.budget.seconds
+    def fits(self, iters: int, probe_sec: float, reserve_s: float = 0.0) -> bool:
+        """Whether a probe of `iters` iterations at `probe_sec` each ends within the budget, with
+        `reserve_s` left after it: one that would overrun it is not started (on a large simulated
+        fleet one probe takes seconds)."""
+        return self.elapsed() + iters * probe_sec + reserve_s <= self.budget.seconds
+
+    def left(self) -> float:
+        return self.budget.seconds - self.elapsed()
 
     def at_least(self, least_s: float, predicted: float) -> None:
         """A larger floor for the budget with no prediction (longer scouts: Trials.lengthen)."""

@@ -6,6 +6,7 @@ The weight decay is the recipe's (None) until the cold start compares the recipe
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -111,14 +112,20 @@ class Trials:
         return True
 
     def skips(self, s: Setup) -> Skipped | None:
-        """Why a new probe of `s` is not started: the budget is spent, or the phase finds it too
-        slow to compare."""
-        if self.runner.probes_run and not self.spending.fits(
-                self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending),
-                s.probe_sec_per_iter):
-            return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
+        """Why a new probe of `s` is not started: the phase finds it too slow to compare, or the
+        budget is spent."""
         why = self.phase.too_short(s.sec_per_iter)
-        return Skipped(why) if why else None
+        if why:
+            return Skipped(why)
+        iters = self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending)
+        # Ranked by loss, the final round (final.py) trains the leaders on within the same budget,
+        # at what the probes took (more than the profile's steps say: their evaluations, the start).
+        took = [r.seconds for r in self.runner.results.values() if r.seconds > 0]
+        probe_s = max(iters * s.probe_sec_per_iter, statistics.median(took) if took else 0.0)
+        reserve = budget_mod.final_reserve_s(probe_s) if self.phase.by_loss else 0.0
+        if self.runner.probes_run and not self.spending.fits(iters, s.probe_sec_per_iter, reserve):
+            return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
+        return None
 
     def skip(self, setups: list[Setup], lr: float, reason: str) -> None:
         for s in setups:

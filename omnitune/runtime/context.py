@@ -117,7 +117,7 @@ class Context:
         waits for the step, so that step_times (rebalance) hold the device's time.
         With a bf16 recipe, a GPU computes the forward pass under bf16 autocast."""
         started = time.perf_counter()
-        self.model.zero_grad(set_to_none=False)
+        self.model.zero_grad()              # to None: backward writes the gradients, no zeroing kernels
         with autocast(self.workload, self.device):
             loss = self.workload.loss_fn(self.model(x.to(self.device)), y.to(self.device))
         loss.backward()

@@ -73,7 +73,9 @@ def set_state(model: torch.nn.Module, flat: torch.Tensor) -> None:
 
 
 def get_grads(model: torch.nn.Module, out: torch.Tensor) -> torch.Tensor:
-    torch.cat([p.grad.reshape(-1).to(out.device) for p in _params(model)], out=out)
+    """A parameter that had no part in the loss (no gradient) counts zeros."""
+    torch.cat([p.grad.reshape(-1).to(out.device) if p.grad is not None else torch.zeros(p.numel(), device=out.device)
+               for p in _params(model)], out=out)
     return out
 
 

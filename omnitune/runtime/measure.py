@@ -39,7 +39,11 @@ class Settings:
     passes: int = 1
     warmup: int = 1
     link_repeats: int = 20
-    calibrate_s: float = 0.4                 # each calibration job runs this long
+    calibrate_s: float = 0.4                 # each calibration job runs this long, at most
+    # All the calibration jobs together, at most (profile_worker.job_seconds): a machine whose
+    # layouts call for many jobs runs each shorter. 40 jobs of 0.4 s on 17 ranks of an H200
+    # machine took 22 s of a 48 s profile.
+    calibration_budget_s: float = 8.0
     calibrate_batches: tuple[int, ...] = (16, 64, 256)   # the planner's batches run to 256
 
     @classmethod

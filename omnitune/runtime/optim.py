@@ -1,7 +1,7 @@
 """The update every process of a run applies, and every probe emulates: the workload's recipe
 (core/recipe.py) around one of two rules.
 
-    HeavyBall   SGD with heavy-ball momentum, for any momentum the planner emits:
+    HeavyBall   torch's SGD arithmetic (torch.optim.sgd.sgd), for any momentum the planner emits:
                     g <- g + wd * w;   v <- mu * v + g;   w <- w - lr * v
                 (v starts at the first gradient, as torch's SGD). torch.optim.SGD refuses a
                 negative momentum, yet asynchrony can call for one: with g groups the implicit
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 from torch.optim.adamw import adamw
+from torch.optim.sgd import sgd
 
 from omnitune.core.recipe import Recipe
 
@@ -66,12 +67,13 @@ class Update:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
             scale = torch.clamp(clip / (norm + CLIP_EPS), max=1.0)
             grads = [g * scale for g in grads]
-        lr = self.lr
-        for key, p, g in zip(keys, tensors, grads):
-            self.apply(p, g, self.state.setdefault(key, {}), lr)
+        if tensors:
+            self.apply(tensors, grads, [self.state.setdefault(k, {}) for k in keys], self.lr)
         self.iteration += 1
 
-    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
+    def apply(self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], lr: float) -> None:
+        """The rule on every tensor at once (torch's multi-tensor kernels: on a GPU a small model's
+        step is mostly kernel launches, and a loop over the parameters launches several each)."""
         raise NotImplementedError
 
     def zero_grad(self) -> None:
@@ -101,28 +103,30 @@ class Update:
 
 
 class HeavyBall(Update):
+    """torch's SGD arithmetic (torch.optim.sgd.sgd), which takes any momentum: only the
+    optimizer's constructor refuses a negative one. At momentum 0 it keeps no buffer, as torch."""
     SLOTS = ("momentum_buffer",)
 
-    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
-        if self.recipe.weight_decay:
-            grad = grad.add(p, alpha=self.recipe.weight_decay)
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = grad.detach().clone()
-        else:
-            state["momentum_buffer"].mul_(self.param_groups[0]["momentum"]).add_(grad)
-        p.add_(state["momentum_buffer"], alpha=-lr)
+    def apply(self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], lr: float) -> None:
+        buffers = [s.get("momentum_buffer") for s in states]
+        sgd(params, grads, buffers, foreach=True, weight_decay=self.recipe.weight_decay,
+            momentum=self.param_groups[0]["momentum"], lr=lr, dampening=0.0, nesterov=False, maximize=False)
+        for state, buffer in zip(states, buffers):
+            if buffer is not None:
+                state["momentum_buffer"] = buffer
 
 
 class AdamW(Update):
     SLOTS = ("step", "exp_avg", "exp_avg_sq")
 
-    def apply(self, p: torch.Tensor, grad: torch.Tensor, state: dict, lr: float) -> None:
-        if "step" not in state:
-            state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+    def apply(self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], lr: float) -> None:
+        for state, p in zip(states, params):
+            if "step" not in state:
+                state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
         r = self.recipe
-        adamw([p], [grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]], foreach=False,
-              amsgrad=False, beta1=self.param_groups[0]["momentum"], beta2=r.beta2, lr=lr,
-              weight_decay=r.weight_decay, eps=r.eps, maximize=False)
+        adamw(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+              [s["step"] for s in states], foreach=True, amsgrad=False, beta1=self.param_groups[0]["momentum"],
+              beta2=r.beta2, lr=lr, weight_decay=r.weight_decay, eps=r.eps, maximize=False)
 
 
 RULES: dict[str, type[Update]] = {"sgd": HeavyBall, "adamw": AdamW}

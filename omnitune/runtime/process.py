@@ -82,6 +82,22 @@ def agreed_attempt() -> int:
     return int(count)
 
 
+_GROUPS: dict[tuple, tuple] = {}      # key -> (the default group it was made in, kept so its id stays its own; group)
+
+
+def group(ranks: tuple[int, ...], timeout_s: float) -> dist.ProcessGroup:
+    """The process group of `ranks`, created once per default group: the profile's calibration
+    jobs and a re-tuned run's segments run job after job in the same processes, and every group's
+    creation is a rendezvous of all of them. Every rank asks in the same order, so every rank
+    creates the same groups. A group does not inherit the default group's timeout: without one, a
+    stuck peer stalls it for 30 min."""
+    world = dist.group.WORLD
+    key = (id(world), tuple(ranks), timeout_s)
+    if key not in _GROUPS:
+        _GROUPS[key] = (world, dist.new_group(list(ranks), timeout=timedelta(seconds=timeout_s)))
+    return _GROUPS[key][1]
+
+
 def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict | None:
     """This rank's part of one job, in an initialised process group; ranks the spec leaves out idle.
 
@@ -90,10 +106,8 @@ def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict
     in one set of processes.
     """
     spec = job.spec
-    # Every rank creates every group, in the same order (a torch.distributed requirement). A group
-    # does not inherit the default group's timeout: without one, a stuck peer stalls it for 30 min.
-    timeout = timedelta(seconds=job.timeout_s)
-    pgs = [dist.new_group(list(r), timeout=timeout) for r in group_ranks(spec)]
+    # Every rank creates every group, in the same order (a torch.distributed requirement).
+    pgs = [group(r, job.timeout_s) for r in group_ranks(spec)]
     everyone = roles(spec)
     rank = dist.get_rank()
     state = checkpoint.shared(job.resume_from if rank == 0 else None)

@@ -181,6 +181,13 @@ CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger 
 # monitor.STRETCH times calibrate_s for them: charlm-stdlib's jobs of two asynchronous groups saw
 # 2-4 updates in 0.4 s, and the planner took 67-87 ms an update from them where runs took 100.
 CALIBRATION_MIN_UPDATES = 4
+CALIBRATION_FLOOR_S = 0.2  # the shortest a job runs when the budget is shared among many
+
+
+def job_seconds(s: Settings, jobs: int) -> float:
+    """How long each of `jobs` calibration jobs runs: calibrate_s, or less where the jobs would
+    outrun calibration_budget_s together (never under CALIBRATION_FLOOR_S, nor over calibrate_s)."""
+    return min(s.calibrate_s, max(CALIBRATION_FLOOR_S, s.calibration_budget_s / max(jobs, 1)))
 
 
 def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None = None) -> tuple[RunSpec, ...]:
@@ -230,28 +237,38 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     return tuple(out)
 
 
+def layout_steps(job: ProfileJob, steps: list, ids) -> list:
+    """The steps that size a layout's jobs: its own devices' (the measured layout's, or those
+    timed alone), else the measured layout's. Sized by the CPU cores' steps, an H200 alone was
+    timed at batches 16 and 32 only (4.9 and 3.8 ms an update), a line too short to extend."""
+    timings = {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
+    own = [timings[d] for d in ids if d in timings]
+    return own if len(own) == len(ids) else steps
+
+
 def alone_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec]]:
     """The one-device layouts' jobs, each layout's largest batch cut as `sized_specs` cuts the
-    measured layout's (from that layout's slower steps)."""
+    measured layout's, from that layout's own steps (`layout_steps`)."""
     out = []
     for layout in dict.fromkeys(name for name, _ in job.alone_specs):
         specs = tuple(s for name, s in job.alone_specs if name == layout)
-        out += [(layout, s) for s in sized_specs(job, steps, specs)]
+        ids = [d.id for d in specs[0].devices]
+        out += [(layout, s) for s in sized_specs(job, layout_steps(job, steps, ids), specs)]
     return out
 
 
 def mixed_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec, int]]:
     """The mixed layouts' jobs (layout, spec, nominal batch), their batches balanced from every
     device's measured steps (the measured layout's and those timed alone), the largest nominal
-    batch cut as `sized_specs` cuts the measured layout's."""
+    batch cut as `sized_specs` cuts the measured layout's, from the layout's own steps."""
     if not job.mixed_specs or any(s is None for s in steps):
         return []
     timings = {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
     out = []
     for layout in dict.fromkeys(name for name, _ in job.mixed_specs):
-        specs = sized_specs(job, steps, tuple(s for name, s in job.mixed_specs if name == layout))
-        for spec in specs:
-            ids = [d.id for d in spec.devices]
+        specs = tuple(s for name, s in job.mixed_specs if name == layout)
+        ids = [d.id for d in specs[0].devices]
+        for spec in sized_specs(job, layout_steps(job, steps, ids), specs):
             if not all(d in timings for d in ids):
                 continue
             compute = pooled([DeviceProfile.measured(d, timings[d], concurrent=False) for d in ids])
@@ -261,17 +278,18 @@ def mixed_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec, int]]:
     return out
 
 
-def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, train, test, store) -> list[Calibration]:
+def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, train, test, store,
+              seconds: float) -> list[Calibration]:
     """Run each calibration job (layout, spec, and where its groups or batches were formed by
-    speed, its nominal batch; else None) as a real job for a moment; rank 0 reports seconds per
-    update."""
+    speed, its nominal batch; else None) as a real job for `seconds` (longer where it has not
+    seen CALIBRATION_MIN_UPDATES updates by then); rank 0 reports seconds per update."""
     out = []
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
         for layout, spec, nominal in jobs:
-            args = JobArgs(spec=spec, run_dir=tmp, max_time_s=job.settings.calibrate_s, eval_every_s=1e9,
+            args = JobArgs(spec=spec, run_dir=tmp, max_time_s=seconds, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)",
                            min_iters=CALIBRATION_MIN_UPDATES)
             summary = run_role(args, wl, train, test, store)
@@ -324,9 +342,11 @@ def main(job: ProfileJob) -> list[dict] | None:
                 + [(layout, s, None) for layout, s in alone_sized(job, measured)]
                 + mixed_sized(job, measured))
         calibrating = time.perf_counter()
-        calibration = calibrate(job, jobs, wl, train, test, store)
+        seconds = job_seconds(job.settings, len(jobs))
+        calibration = calibrate(job, jobs, wl, train, test, store, seconds)
         if rank == 0:
-            phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs))
+            phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs),
+                          calibration_job_s=seconds)
             result.update(calibration=calibration, phases=phases)
         everyone = [None] * dist.get_world_size() if rank == 0 else None
         dist.gather_object(result, everyone, dst=0)
