@@ -160,3 +160,16 @@ def test_a_recipes_weight_decays_are_its_own_then_a_decade_either_side():
     r = Recipe(optimizer="adamw", weight_decay=0.1)
     assert r.decays() == (0.1, 0.01, 1.0) and Recipe().decays() == ()
     assert r.decayed(None) is r and r.decayed(0.5).weight_decay == 0.5 and r.decayed(0.0).optimizer == "adamw"
+
+
+def test_momentum_set_to_zero_drops_the_velocity():
+    """A re-tuned run may go from momentum 0.9 to 0 and back: the velocity starts afresh then,
+    as torch's SGD would, not from the one kept before the pause."""
+    w = torch.nn.Parameter(torch.zeros(1))
+    opt = HeavyBall([w], lr=1.0, momentum=0.9)
+    for m, g in ((0.9, 10.0), (0.0, 1.0), (0.5, 1.0)):
+        opt.set_hyper(1.0, m)
+        w.grad = torch.full((1,), g)
+        opt.step()
+    # 0.9: v = 10, w = -10; 0: w = -11, no velocity kept; 0.5: v starts at the gradient, w = -12
+    assert float(w.detach()) == pytest.approx(-12.0)

@@ -108,11 +108,14 @@ class HeavyBall(Update):
     SLOTS = ("momentum_buffer",)
 
     def apply(self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], lr: float) -> None:
+        momentum = self.param_groups[0]["momentum"]
         buffers = [s.get("momentum_buffer") for s in states]
         sgd(params, grads, buffers, foreach=True, weight_decay=self.recipe.weight_decay,
-            momentum=self.param_groups[0]["momentum"], lr=lr, dampening=0.0, nesterov=False, maximize=False)
+            momentum=momentum, lr=lr, dampening=0.0, nesterov=False, maximize=False)
         for state, buffer in zip(states, buffers):
-            if buffer is not None:
+            if momentum == 0:                   # torch neither reads nor updates it: a later momentum
+                state.pop("momentum_buffer", None)      # starts afresh, not from an old velocity
+            elif buffer is not None:
                 state["momentum_buffer"] = buffer
 
 

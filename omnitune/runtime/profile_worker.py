@@ -306,6 +306,15 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
     return out
 
 
+def calibration_jobs(job: ProfileJob, measured: list) -> list[tuple[str, RunSpec, int | None]]:
+    """Every calibration job (layout, spec, nominal batch where speed formed its groups or
+    batches), each layout's batches cut to what its steps say fits `calibrate_s`."""
+    return ([(job.layout, s, None) for s in sized_specs(job, measured)]
+            + [(job.layout, s, job.settings.calibrate_batches[0]) for s in speed_specs(job, measured)]
+            + [(layout, s, None) for layout, s in alone_sized(job, measured)]
+            + mixed_sized(job, measured))
+
+
 def main(job: ProfileJob) -> list[dict] | None:
     """This rank's measurements; rank 0 returns every rank's, in rank order."""
     rank, store = join(job.nodes, job.node, job.store_port, 300, "gloo")
@@ -337,12 +346,10 @@ def main(job: ProfileJob) -> list[dict] | None:
         steps = [None] * dist.get_world_size()
         dist.all_gather_object(steps, result.get("steps"))        # collective: every rank is here
         measured = steps[1:]
-        jobs = ([(job.layout, s, None) for s in sized_specs(job, measured)]
-                + [(job.layout, s, job.settings.calibrate_batches[0]) for s in speed_specs(job, measured)]
-                + [(layout, s, None) for layout, s in alone_sized(job, measured)]
-                + mixed_sized(job, measured))
+        # Each job's seconds from how many there are; their batches are then cut to fit those seconds.
+        seconds = job_seconds(job.settings, len(calibration_jobs(job, measured)))
+        jobs = calibration_jobs(replace(job, settings=replace(job.settings, calibrate_s=seconds)), measured)
         calibrating = time.perf_counter()
-        seconds = job_seconds(job.settings, len(jobs))
         calibration = calibrate(job, jobs, wl, train, test, store, seconds)
         if rank == 0:
             phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs),
