@@ -179,12 +179,13 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
 
     def run_job(args):
         clock["t"] += job.RESTART_S                            # every launch, the restart after a pause too
+        began_at = clock["train"]                              # a segment resumes from the pause's checkpoint
         end = min(args.stop_at_s, 200.0)
         evals = 0.1 * (end - clock["train"])                   # a segment's clock goes on from its training time
         clock["t"] += end - clock["train"] + evals
         clock["train"] = end
         return RunSummary(1, end >= 200.0, 200.0 if end >= 200.0 else None, None, int(end), 0.5, 0.99, None, 0.0,
-                          0.01, end + evals, evals, "", "sync", 1, (int(end),), 0.0, 1)
+                          0.01, end + evals, evals, "", "sync", 1, (int(end),), 0.0, 1, started_at_s=began_at)
 
     def replan(spec, checkpoint, why):
         clock["t"] += 2.4
@@ -202,6 +203,17 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)
     records = [json.loads(line) for line in (tmp_path / "run" / "replans.jsonl").read_text().splitlines()]
     assert [r["restart_s"] for r in records[1:]] == pytest.approx([job.RESTART_S] * (len(records) - 1))  # not evals
+    assert s.started_at_s == 0.0            # where the run started, not where its last segment resumed
+
+
+def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():
+    """A run that swings reads stalled at one evaluation and not at the next: the pause counts the
+    segment, not its latest evaluation."""
+    from omnitune.runtime.job import pause_why
+    assert pause_why([]) == "schedule"
+    assert pause_why([{"train_s": 1.0}, {"train_s": 2.0}]) == "schedule"
+    assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0}]) == "stall"
+    assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0, "diverged": True}]) == "divergence"
 
 
 def test_a_pause_tries_twice_and_half_the_batch_at_its_scaled_rate():
