@@ -48,8 +48,7 @@ def final(scored: list[Scored], trials: Trials) -> tuple[list[Scored], int]:
     for s in first:
         start = prober.handoffs[s.probe.config]
         total = max(start.iterations + budget_mod.MIN_PROBE_ITERS, round(growth * phase.train_s / s.sec_per_iter))
-        per_iter = s.probe.seconds / max(s.probe.iters, 1)       # as fast as its probe went
-        limit_s = budget_mod.GUARD * max(budget_mod.MIN_PROBE_S, (total - start.iterations) * per_iter)
+        limit_s = budget_mod.GUARD * max(budget_mod.MIN_PROBE_S, (total - start.iterations) * probe_step_s(s))
         r = trials.runner.go_on(s.probe.config, total, limit_s, budget_mod.RANKING_EVALS, start=start)
         trials.log(f"finalist {s.config.variant.label} batch {s.config.batch} lr {s.config.lr:.3g} trained on to "
                    f"{r.iters} iterations: training loss {r.train_loss}")
@@ -61,12 +60,16 @@ def final(scored: list[Scored], trials: Trials) -> tuple[list[Scored], int]:
     return order + [s for s in scored if s not in first], len(went_on)
 
 
+def probe_step_s(s: Scored) -> float:
+    """A finalist's seconds per iteration when it trains on: as fast as its probe went."""
+    return s.probe.seconds / max(s.probe.iters, 1)
+
 
 def fitting_growth(first: list[Scored], prober: HandsOn, train_s: float, left_s: float) -> float | None:
     """How far the finalists train on, as a multiple of the probes' training time: FINAL_GROWTH,
     or less where that would outrun what is left of the budget (each finalist costs its probe's
     seconds per iteration); None where they could not train on by half again."""
-    rate = sum(train_s / s.sec_per_iter * s.probe.seconds / max(s.probe.iters, 1) for s in first)
-    done = sum(prober.handoffs[s.probe.config].iterations * s.probe.seconds / max(s.probe.iters, 1) for s in first)
+    rate = sum(train_s / s.sec_per_iter * probe_step_s(s) for s in first)
+    done = sum(prober.handoffs[s.probe.config].iterations * probe_step_s(s) for s in first)
     growth = min(FINAL_GROWTH, (max(left_s, 0.0) + done) / rate) if rate > 0 else FINAL_GROWTH
     return growth if growth >= 1.5 else None

@@ -120,12 +120,15 @@ class Trials:
         iters = self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending)
         # Ranked by loss, the final round (final.py) trains the leaders on within the same budget,
         # at what the probes took (more than the profile's steps say: their evaluations, the start).
-        took = [r.seconds for r in self.runner.results.values() if r.seconds > 0]
-        probe_s = max(iters * s.probe_sec_per_iter, statistics.median(took) if took else 0.0)
-        reserve = budget_mod.final_reserve_s(probe_s) if self.phase.by_loss else 0.0
+        reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if self.phase.by_loss else 0.0
         if self.runner.probes_run and not self.spending.fits(iters, s.probe_sec_per_iter, reserve):
             return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
         return None
+
+    def probe_s(self, predicted_s: float) -> float:
+        """A probe's seconds: `predicted_s`, or the median of what the probes so far took where more."""
+        took = [r.seconds for r in self.runner.results.values() if r.seconds > 0]
+        return max(predicted_s, statistics.median(took) if took else 0.0)
 
     def skip(self, setups: list[Setup], lr: float, reason: str) -> None:
         for s in setups:

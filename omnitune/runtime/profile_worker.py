@@ -237,11 +237,15 @@ def speed_specs(job: ProfileJob, steps: list) -> tuple[RunSpec, ...]:
     return tuple(out)
 
 
-def layout_steps(job: ProfileJob, steps: list, ids) -> list:
-    """The steps that size a layout's jobs: its own devices' (the measured layout's, or those
-    timed alone), else the measured layout's. Sized by the CPU cores' steps, an H200 alone was
-    timed at batches 16 and 32 only (4.9 and 3.8 ms an update), a line too short to extend."""
-    timings = {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
+def device_steps(job: ProfileJob, steps: list) -> dict:
+    """Every device's steps: the measured layout's, and those timed alone."""
+    return {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
+
+
+def layout_steps(timings: dict, steps: list, ids) -> list:
+    """The steps that size a layout's jobs: its own devices' (of `timings`), else the measured
+    layout's (`steps`). Sized by the CPU cores' steps, an H200 alone was timed at batches 16 and
+    32 only (4.9 and 3.8 ms an update), a line too short to extend."""
     own = [timings[d] for d in ids if d in timings]
     return own if len(own) == len(ids) else steps
 
@@ -249,11 +253,11 @@ def layout_steps(job: ProfileJob, steps: list, ids) -> list:
 def alone_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec]]:
     """The one-device layouts' jobs, each layout's largest batch cut as `sized_specs` cuts the
     measured layout's, from that layout's own steps (`layout_steps`)."""
-    out = []
+    out, timings = [], device_steps(job, steps)
     for layout in dict.fromkeys(name for name, _ in job.alone_specs):
         specs = tuple(s for name, s in job.alone_specs if name == layout)
         ids = [d.id for d in specs[0].devices]
-        out += [(layout, s) for s in sized_specs(job, layout_steps(job, steps, ids), specs)]
+        out += [(layout, s) for s in sized_specs(job, layout_steps(timings, steps, ids), specs)]
     return out
 
 
@@ -263,12 +267,11 @@ def mixed_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec, int]]:
     batch cut as `sized_specs` cuts the measured layout's, from the layout's own steps."""
     if not job.mixed_specs or any(s is None for s in steps):
         return []
-    timings = {d.id: s for d, s in zip(job.devices, steps)} | dict(job.alone_steps)
-    out = []
+    timings, out = device_steps(job, steps), []
     for layout in dict.fromkeys(name for name, _ in job.mixed_specs):
         specs = tuple(s for name, s in job.mixed_specs if name == layout)
         ids = [d.id for d in specs[0].devices]
-        for spec in sized_specs(job, layout_steps(job, steps, ids), specs):
+        for spec in sized_specs(job, layout_steps(timings, steps, ids), specs):
             if not all(d in timings for d in ids):
                 continue
             compute = pooled([DeviceProfile.measured(d, timings[d], concurrent=False) for d in ids])
