@@ -11,12 +11,15 @@ and launches anew.
 
 torchelastic's agent stays in the main thread, where it handles signals and stops the workers
 on an interrupt, as in every other launch; the re-tuning loop runs in a thread of its own and asks
-the main thread for each launch (`resident`).
+the main thread for each launch (`resident`). So the pauses' probes train in a second thread,
+and the main thread's OpenMP helpers are let go first (`release_openmp_threads`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import json
 import os
 import queue
@@ -134,6 +137,7 @@ def resident(body: Callable[[Callable[[JobArgs], RunSummary]], RunSummary],
     for with `launch` (job.run_job), one at a time. An interrupt stops the run at once."""
     launches: queue.Queue = queue.Queue()
     segments = Segments(launches)
+    release_openmp_threads()            # this thread only waits on the agent from here on
     outcome: dict = {}
 
     def control() -> None:
@@ -162,6 +166,35 @@ def resident(body: Callable[[Callable[[JobArgs], RunSummary]], RunSummary],
     if "error" in outcome:
         raise outcome["error"]
     return outcome["summary"]
+
+
+# GNU OpenMP gives every thread that runs a parallel region a pool of helper threads of its own,
+# and where its pools hold more threads than the machine has cores, an idle helper spins for a
+# few hundred cycles instead of 300,000 before it sleeps, so each of the next thread's small
+# kernels waits for its helpers to wake. A process that has trained in its main thread (a profile
+# and a plan in one Python process) ran the pauses' probes in the re-tuning thread 2-3x slower on
+# 2 cores (CHANGELOG, issue 37). OMP_PAUSE_HARD frees the calling thread's pool; its next
+# parallel region builds a new one.
+OMP_PAUSE_HARD = 2
+
+
+def release_openmp_threads() -> None:
+    """Free the calling thread's OpenMP helper threads, where torch runs on GNU OpenMP."""
+    gomp = _libgomp()
+    if gomp is not None:
+        gomp.omp_pause_resource_all(OMP_PAUSE_HARD)
+
+
+@functools.cache
+def _libgomp():
+    """The libgomp this process has loaded (torch's wheels bring their own), or None."""
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as maps:
+            path = next((line.split()[-1] for line in maps if "/libgomp" in line), None)
+        lib = ctypes.CDLL(path) if path else None
+    except OSError:
+        return None
+    return lib if lib is not None and hasattr(lib, "omp_pause_resource_all") else None
 
 
 # In each process:
