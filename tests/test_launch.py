@@ -22,6 +22,17 @@ def test_free_port_falls_back_to_an_ephemeral_one(monkeypatch):
     assert port not in launch.PORTS and port > 0
 
 
+def test_free_port_never_hands_out_one_port_twice(monkeypatch):
+    """A single-node launch takes two ports (the job's store, then the rendezvous) before it binds
+    either, so the second pick must not be the first, which still reads free. Fails if free_port
+    forgets what it handed out."""
+    monkeypatch.setattr(launch, "_handed", set())
+    first = launch.free_port()
+    monkeypatch.setattr(launch, "PORTS", range(first, first + 1))     # the only port it may pick
+    second = launch.free_port(tries=3)
+    assert second != first and second > 0
+
+
 def test_rendezvous_events_keep_the_caller_name():
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 

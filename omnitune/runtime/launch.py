@@ -41,6 +41,10 @@ from omnitune.runtime.topology import Node
 # with "address already in use"; below the ephemeral range (Linux's starts at 32768) only another
 # program's explicit choice can take it.
 PORTS = range(20000, 32768)
+# Ports this process has handed out: one not bound yet reads free, and a single-node launch hands
+# out two (the job's store at `prepare`, the rendezvous at launch) before either is bound; the
+# same port twice failed a test run with "address already in use".
+_handed: set[int] = set()
 
 
 class Interrupted(UserError):
@@ -48,15 +52,20 @@ class Interrupted(UserError):
 
 
 def free_port(host: str = LOOPBACK, tries: int = 64) -> int:
-    """A port of `PORTS` free on `host` now (an ephemeral one when none of `tries` was)."""
+    """A port of `PORTS` free on `host` now and not handed out before by this process (an
+    ephemeral one when none of `tries` was)."""
     pick = random.SystemRandom()
     for port in [pick.choice(PORTS) for _ in range(tries)] + [0]:
+        if port in _handed:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            port = s.getsockname()[1]
+        _handed.add(port)
+        return port
     raise UserError(f"no free port on {host}")
 
 

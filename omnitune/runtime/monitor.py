@@ -186,7 +186,7 @@ class Monitor:
         if better:
             self.best_score, self.best_at_s = score, train_s
         self.scores.append((train_s, score))
-        while self.scores[0][0] <= (1 - 2 * STALL_SHARE) * train_s:     # older than both windows, for good
+        while len(self.scores) > 1 and self.scores[0][0] <= (1 - 2 * STALL_SHARE) * train_s:   # older than both windows
             self.scores.popleft()
         self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
