@@ -92,7 +92,6 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
-    stall_wait_s: float = float("inf")        # so does one that has lasted this long since its first evaluation
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
     lowest_average: float = float("inf")      # its lowest, past DIVERGE_WARMUP minibatches
     minibatches: int = 0
@@ -159,17 +158,12 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.out_of_time(iteration)
                 or 0 < self.max_iters <= iteration
-                or self.stalled and self.stall_ends(self.elapsed() - self.eval_s)
+                or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             settle(model)
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
-
-    def stall_ends(self, train_s: float) -> bool:
-        """Whether the stall the run is in ends it at `train_s`: past `stall_stop_from_s`, or
-        `stall_wait_s` after the first stalled evaluation."""
-        return train_s >= self.stall_stop_from_s or train_s - self.stalled_at_s >= self.stall_wait_s
 
     def out_of_time(self, iteration: int) -> bool:
         """Past the time limit, and, with `min_iters`, past that many iterations since the first
