@@ -177,7 +177,10 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
     pauses = []
 
+    waits = []
+
     def run_job(args):
+        waits.append(args.stall_wait_s)
         clock["t"] += job.RESTART_S                            # every launch, the restart after a pause too
         began_at = clock["train"]                              # a segment resumes from the pause's checkpoint
         end = min(args.stop_at_s, 200.0)
@@ -198,6 +201,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
     s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan, first_pause_s)
     first = FIRST_COST_S if first_pause_s is None else first_pause_s + job.RESTART_S
+    assert waits[0] == pytest.approx(first)              # a long stall waits as long as a pause costs
     assert s.replans == len(pauses) >= (2 if first_pause_s is None else 1) and pauses[0] == pytest.approx(first / SHARE)
     for k, at in enumerate(pauses[1:], start=2):
         assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)

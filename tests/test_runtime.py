@@ -1,6 +1,7 @@
 """Real runs: torch.distributed processes over gloo on this machine."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -250,6 +251,32 @@ def test_the_monitor_flags_a_stall_when_the_latest_fifth_of_the_training_reads_n
         stalled.append(m.stalled)
     assert stalled == [False, False, False, False, True, True, True, False]
     assert m.stalled_at_s == 5.0 and m.best_at_s == 8.0
+
+
+@pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 6), (4.0, 8), (math.inf, None)])
+def test_a_long_stall_ends_the_segment_once_its_flat_half_lasted_stall_wait_s(tmp_path, monkeypatch, wait_s,
+                                                                            ends_at_s):
+    """Readings on a fake clock, one a second: 0.2, then flat at 0.6. With no budget for a pause
+    (stall_stop_from_s infinite), the short stall (from 5 s, the fifth evaluation) does not end
+    the segment; the long one does, once the latest half of the training reads no higher than the
+    first half (from 6 s: the first half's median is 0.4 until then) and that half lasted
+    `stall_wait_s`: at 6 s for a 2 s wait, at 8 s for 4 s, never for an infinite one. Fails if
+    the short stall ends it (5 s), or if the long stall's windows or its wait are ignored."""
+    import torch
+
+    clock = {"t": 0.0}
+    readings = iter([0.2] + [0.6] * 19)
+    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, next(readings)))
+    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", stall_wait_s=wait_s)
+    monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
+    model = torch.nn.Linear(1, 1)
+    ended = None
+    for t in range(1, 20):
+        clock["t"] = float(t)
+        if m.check(model, t):
+            ended = t
+            break
+    assert m.stalled_at_s == 5.0 and ended == ends_at_s
 
 
 def test_a_curve_that_climbs_slowly_through_noise_is_not_stalled(tmp_path, monkeypatch):

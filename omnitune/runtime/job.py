@@ -259,7 +259,8 @@ def run_id(spec: RunSpec) -> str:
 
 # When a run pauses to re-tune (planning/retune.py decides what it goes on with): phases double,
 # and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
-# RETUNE_SHARE of the training time so far. A short run is never paused.
+# RETUNE_SHARE of the training time so far. A short run is never paused, unless it diverges, or
+# makes no progress over a half of its training that lasted as long as a pause costs.
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
 RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet),
@@ -293,10 +294,18 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         # still owes (paid as this segment starts), and the next pause itself.
         before_s, cost_s = spent_s + owed_s, probes_s + restart_s
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
-        # A stall pauses the run at once where a pause fits the budget.
+        # A stall pauses the run at once where a pause fits the budget. A long stall (the latest
+        # half of the segment's training no better than its first half) pauses it as well once
+        # that flat half has lasted as long as the pause costs: training on in a stall buys
+        # nothing, so waiting that long before paying for a pause costs at most twice what
+        # knowing the stall's length would have (the ski-rental rule). The budget alone kept
+        # gru-count, whose pause costs 20 s, stalled from 20 s of training to its 240 s limit.
+        # The shorter stall (monitor.STALL_SHARE) is no ground for it: teacher-mlp reads stalled
+        # at 1.5-3 s of runs that reach their target at 89 s, and a pause then lowered its rate
+        # a hundredfold, with which it missed its target (CHANGELOG).
         stall_from_s = (before_s + cost_s) / RETUNE_SHARE
         began, segment_from_s = time.perf_counter(), train_s
-        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s))
+        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s, stall_wait_s=cost_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
         if replans:          # this segment began with a restart after a pause

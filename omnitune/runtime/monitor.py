@@ -24,6 +24,10 @@ from omnitune.runtime.workload import Workload, evaluate
 # climbs slowly through noise goes seconds without a new best (teacher-mlp was "stalled" at 28 s
 # of a 75 s run that climbed throughout).
 STALL_SHARE = 0.2
+# A long stall: no higher over the latest LONG_STALL_SHARE of the training than over the share
+# before it, here its first half. A re-tuned run pauses for one although the pause does not fit
+# its budget, once that half has lasted as long as the pause costs (job.run_with_replans).
+LONG_STALL_SHARE = 0.5
 STALL_EVALS = 5
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
@@ -92,6 +96,7 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
+    stall_wait_s: float = float("inf")        # so does a long stall (LONG_STALL_SHARE) whose flat half lasted this long
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
     lowest_average: float = float("inf")      # its lowest, past DIVERGE_WARMUP minibatches
     minibatches: int = 0
@@ -158,12 +163,19 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.out_of_time(iteration)
                 or 0 < self.max_iters <= iteration
-                or self.stalled and self.elapsed() - self.eval_s >= self.stall_stop_from_s
+                or self.stalled and self.stall_ends(self.elapsed() - self.eval_s)
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             settle(model)
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
+
+    def stall_ends(self, train_s: float) -> bool:
+        """Whether the stall the run is in ends it at `train_s`: past `stall_stop_from_s`, or where
+        the stall is a long one whose flat half of the training has lasted `stall_wait_s`."""
+        return (train_s >= self.stall_stop_from_s
+                or LONG_STALL_SHARE * train_s >= self.stall_wait_s
+                and not rising(self.scores, train_s, LONG_STALL_SHARE))
 
     def out_of_time(self, iteration: int) -> bool:
         """Past the time limit, and, with `min_iters`, past that many iterations since the first
@@ -180,7 +192,8 @@ class Monitor:
         if better:
             self.best_score, self.best_at_s = score, train_s
         self.scores.append((train_s, score))
-        while len(self.scores) > 1 and self.scores[0][0] <= (1 - 2 * STALL_SHARE) * train_s:   # older than both windows
+        keep = 0.0 if math.isfinite(self.stall_wait_s) else (1 - 2 * STALL_SHARE) * train_s   # older: in no window
+        while len(self.scores) > 1 and self.scores[0][0] <= keep:
             self.scores.popleft()
         self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
@@ -249,12 +262,12 @@ def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def rising(scores, now: float) -> bool:
-    """Whether the median score over the latest STALL_SHARE of the training (to `now`) is above
-    the median over the STALL_SHARE before it (medians: one lucky reading moves neither); True
-    while either window holds no reading."""
-    recent = [x for t, x in scores if t > (1 - STALL_SHARE) * now]
-    before = [x for t, x in scores if (1 - 2 * STALL_SHARE) * now < t <= (1 - STALL_SHARE) * now]
+def rising(scores, now: float, share: float = STALL_SHARE) -> bool:
+    """Whether the median score over the latest `share` of the training (to `now`) is above the
+    median over the `share` before it (medians: one lucky reading moves neither); True while
+    either window holds no reading."""
+    recent = [x for t, x in scores if t > (1 - share) * now]
+    before = [x for t, x in scores if (1 - 2 * share) * now < t <= (1 - share) * now]
     if not recent or not before:
         return True
     return statistics.median(recent) > statistics.median(before)
