@@ -201,7 +201,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
     s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan, first_pause_s)
     first = FIRST_COST_S if first_pause_s is None else first_pause_s + job.RESTART_S
-    assert waits[0] == pytest.approx(first)              # a long stall waits as long as a pause costs
+    assert waits[0] == pytest.approx(first)              # off pace, it waits as long as a pause costs
     assert s.replans == len(pauses) >= (2 if first_pause_s is None else 1) and pauses[0] == pytest.approx(first / SHARE)
     for k, at in enumerate(pauses[1:], start=2):
         assert k * (2.4 + job.RESTART_S) <= SHARE * at + 1e-9, (k, at, pauses)
@@ -217,6 +217,7 @@ def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():
     assert pause_why([]) == "schedule"
     assert pause_why([{"train_s": 1.0}, {"train_s": 2.0}]) == "schedule"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0}]) == "stall"
+    assert pause_why([{"train_s": 1.0, "off_pace": True}, {"train_s": 2.0}]) == "stall"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0, "diverged": True}]) == "divergence"
 
 

@@ -253,21 +253,33 @@ def test_the_monitor_flags_a_stall_when_the_latest_fifth_of_the_training_reads_n
     assert m.stalled_at_s == 5.0 and m.best_at_s == 8.0
 
 
-@pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 6), (4.0, 8), (math.inf, None)])
-def test_a_long_stall_ends_the_segment_once_its_flat_half_lasted_stall_wait_s(tmp_path, monkeypatch, wait_s,
-                                                                            ends_at_s):
-    """Readings on a fake clock, one a second: 0.2, then flat at 0.6. With no budget for a pause
-    (stall_stop_from_s infinite), the short stall (from 5 s, the fifth evaluation) does not end
-    the segment; the long one does, once the latest half of the training reads no higher than the
-    first half (from 6 s: the first half's median is 0.4 until then) and that half lasted
-    `stall_wait_s`: at 6 s for a 2 s wait, at 8 s for 4 s, never for an infinite one. Fails if
-    the short stall ends it (5 s), or if the long stall's windows or its wait are ignored."""
+def test_a_run_is_off_pace_when_its_halves_pace_misses_the_target_within_the_limit():
+    """monitor.off_pace: medians 0.2 (first half, at 2 s) and 0.4 (latest, at 6 s) rise 0.05 a
+    second; 0.5 to go from 8 s reaches 0.9 at 18 s: on pace for a 20 s limit, off for 15 s; flat
+    is off pace for any limit; at the target, or with a half empty, never. Fails if the pace is
+    taken from the best reading, from the run's start, or ignores the limit."""
+    rising = [(1.0, 0.1), (2.0, 0.2), (3.0, 0.9), (5.0, 0.4), (6.0, 0.4), (7.0, 0.5)]
+    assert not monitor.off_pace(rising, 8.0, 0.9, 20.0)
+    assert monitor.off_pace(rising, 8.0, 0.9, 15.0)
+    assert monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (5.0, 0.4), (6.0, 0.4)], 8.0, 0.9, 1e9)
+    assert not monitor.off_pace([(1.0, 0.4), (5.0, 0.95), (6.0, 0.95)], 8.0, 0.9, 10.0)
+    assert not monitor.off_pace([(5.0, 0.4), (6.0, 0.4)], 8.0, 0.9, 10.0)
+
+
+@pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 5), (4.0, 8), (math.inf, None)])
+def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_stall_wait_s(tmp_path, monkeypatch, wait_s,
+                                                                                ends_at_s):
+    """Readings on a fake clock, one a second, creeping up 0.01 a second from 0.2: a 40 s limit
+    and a target of 0.99 are far out of reach at that pace. With no budget for a pause
+    (stall_stop_from_s infinite), being off pace ends the segment once the latest half of the
+    training lasted `stall_wait_s`: at the fifth evaluation (5 s) for a 2 s wait, at 8 s for 4 s,
+    never for an infinite one (a pinned run). The short stall never marks this curve (it climbs).
+    Fails if the wait or the pace is ignored, or if a pinned run is ended."""
     import torch
 
     clock = {"t": 0.0}
-    readings = iter([0.2] + [0.6] * 19)
-    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, next(readings)))
-    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", stall_wait_s=wait_s)
+    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, 0.2 + 0.01 * clock["t"]))
+    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", stall_wait_s=wait_s, limit_s=40.0)
     monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
     model = torch.nn.Linear(1, 1)
     ended = None
@@ -276,7 +288,9 @@ def test_a_long_stall_ends_the_segment_once_its_flat_half_lasted_stall_wait_s(tm
         if m.check(model, t):
             ended = t
             break
-    assert m.stalled_at_s == 5.0 and ended == ends_at_s
+    assert m.stalled_at_s is None and ended == ends_at_s
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [bool(x.get("off_pace")) for x in lines] == [math.isfinite(wait_s) and k >= 5 for k in range(1, len(lines) + 1)]
 
 
 def test_a_curve_that_climbs_slowly_through_noise_is_not_stalled(tmp_path, monkeypatch):

@@ -260,7 +260,7 @@ def run_id(spec: RunSpec) -> str:
 # When a run pauses to re-tune (planning/retune.py decides what it goes on with): phases double,
 # and a pause comes only once all re-tuning so far, the coming one's cost included, fits in
 # RETUNE_SHARE of the training time so far. A short run is never paused, unless it diverges, or
-# makes no progress over a half of its training that lasted as long as a pause costs.
+# goes too slowly to reach its target within its time limit (monitor.off_pace).
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
 RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet),
@@ -294,15 +294,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         # still owes (paid as this segment starts), and the next pause itself.
         before_s, cost_s = spent_s + owed_s, probes_s + restart_s
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
-        # A stall pauses the run at once where a pause fits the budget. A long stall (the latest
-        # half of the segment's training no better than its first half) pauses it as well once
-        # that flat half has lasted as long as the pause costs: training on in a stall buys
-        # nothing, so waiting that long before paying for a pause costs at most twice what
-        # knowing the stall's length would have (the ski-rental rule). The budget alone kept
-        # gru-count, whose pause costs 20 s, stalled from 20 s of training to its 240 s limit.
-        # The shorter stall (monitor.STALL_SHARE) is no ground for it: teacher-mlp reads stalled
-        # at 1.5-3 s of runs that reach their target at 89 s, and a pause then lowered its rate
-        # a hundredfold, with which it missed its target (CHANGELOG).
+        # A stall pauses the run at once where a pause fits the budget. A run off pace (at the
+        # pace of its latest half of training it would miss its target within its time limit)
+        # pauses as well once that half lasted as long as the pause costs: waiting that long
+        # before paying for a pause costs at most twice what knowing how the run goes on would
+        # have (the ski-rental rule). The budget alone kept gru-count, whose pause costs 20 s,
+        # creeping from accuracy 0.1 to 0.3-0.5 of 0.9 until its 240 s limit. A short stall
+        # (monitor.STALL_SHARE) is no ground for it: teacher-mlp reads stalled at 1.5-3 s of
+        # runs that reach their target at 89 s, and a pause then lowered its rate a hundredfold,
+        # with which it missed its target (CHANGELOG).
         stall_from_s = (before_s + cost_s) / RETUNE_SHARE
         began, segment_from_s = time.perf_counter(), train_s
         summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s, stall_wait_s=cost_s))
@@ -343,14 +343,14 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
 
 def pause_why(segment: list[dict]) -> str:
     """Why the run pauses, from the evaluations of the segment that ends: "divergence" where the
-    latest diverged, "stall" where any of them was stalled, else "schedule". A run that swings
+    latest diverged, "stall" where any of them was stalled or off pace, else "schedule". A run that swings
     (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s, stalled through most of it)
     reads unstalled at one evaluation and stalled at the next; judged by its latest, it paused as
     on schedule, read no lower rate, and went on at the rate that made it swing."""
     latest = segment[-1] if segment else {}
     if latest.get("diverged"):
         return "divergence"
-    return "stall" if any(r.get("stalled") for r in segment) else "schedule"
+    return "stall" if any(r.get("stalled") or r.get("off_pace") for r in segment) else "schedule"
 
 
 def readings(run_dir: Path) -> list[dict]:

@@ -24,10 +24,14 @@ from omnitune.runtime.workload import Workload, evaluate
 # climbs slowly through noise goes seconds without a new best (teacher-mlp was "stalled" at 28 s
 # of a 75 s run that climbed throughout).
 STALL_SHARE = 0.2
-# A long stall: no higher over the latest LONG_STALL_SHARE of the training than over the share
-# before it, here its first half. A re-tuned run pauses for one although the pause does not fit
-# its budget, once that half has lasted as long as the pause costs (job.run_with_replans).
-LONG_STALL_SHARE = 0.5
+# A re-tuned run is off pace where, at the pace its median score rose from the first half of its
+# training to the latest half, it would reach its target only past its time limit, or never (no
+# rise). Linear, so optimistic for a curve that levels off. It pauses the run although the pause
+# does not fit its budget, once that latest half lasted as long as the pause costs
+# (job.run_with_replans). On pinned runs at a 240 s limit (CHANGELOG, 2026-11-27) it held at
+# 26-64 of 30-68 evaluations of five gru-count runs (accuracy creeping from 0.1 to 0.3-0.5 of
+# 0.9), from 18-44 s of training, and at one of ~460 evaluations of two teacher-mlp runs and at
+# none of two shapes-resnet runs, which reached their targets at 89-110 s.
 STALL_EVALS = 5
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
@@ -96,7 +100,9 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
-    stall_wait_s: float = float("inf")        # so does a long stall (LONG_STALL_SHARE) whose flat half lasted this long
+    stall_wait_s: float = float("inf")        # being off pace ends it once the latest half lasted this long
+    limit_s: float = float("inf")             # the whole run's time limit, which its pace is judged by
+    off_pace: bool = False                    # off pace now (`off_pace`; only where stall_wait_s is finite)
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
     lowest_average: float = float("inf")      # its lowest, past DIVERGE_WARMUP minibatches
     minibatches: int = 0
@@ -163,7 +169,7 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.out_of_time(iteration)
                 or 0 < self.max_iters <= iteration
-                or self.stalled and self.stall_ends(self.elapsed() - self.eval_s)
+                or self.stall_ends(self.elapsed() - self.eval_s)
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             settle(model)
@@ -171,11 +177,10 @@ class Monitor:
         return done
 
     def stall_ends(self, train_s: float) -> bool:
-        """Whether the stall the run is in ends it at `train_s`: past `stall_stop_from_s`, or where
-        the stall is a long one whose flat half of the training has lasted `stall_wait_s`."""
-        return (train_s >= self.stall_stop_from_s
-                or LONG_STALL_SHARE * train_s >= self.stall_wait_s
-                and not rising(self.scores, train_s, LONG_STALL_SHARE))
+        """Whether the run's progress ends it at `train_s`: a stall past `stall_stop_from_s`, or
+        being off pace once the latest half of the training lasted `stall_wait_s`."""
+        return (self.stalled and train_s >= self.stall_stop_from_s
+                or self.off_pace and train_s / 2 >= self.stall_wait_s)
 
     def out_of_time(self, iteration: int) -> bool:
         """Past the time limit, and, with `min_iters`, past that many iterations since the first
@@ -198,6 +203,8 @@ class Monitor:
         self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
+        self.off_pace = (math.isfinite(self.stall_wait_s) and self.evaluations >= STALL_EVALS
+                         and off_pace(self.scores, train_s, self.target.score, self.limit_s))
         if self.minibatches:
             self.diverged = (not math.isfinite(self.loss_average)
                              or self.loss_average > DIVERGE_FACTOR * self.lowest_average)
@@ -244,9 +251,26 @@ class Monitor:
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": finite(train_loss),
                 "test_loss": finite(test_loss), "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),
-                **({"diverged": True} if self.diverged else {}), **(extra or {})}
+                **({"off_pace": True} if self.off_pace else {}), **({"diverged": True} if self.diverged else {}),
+                **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
+
+
+def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
+    """Whether the run, at the pace its median score rose from the first half of its training
+    (to `now`) to the latest half, reaches `target` only after `limit_s`, or never; False while
+    either half holds no reading, or where the latest half's median is at the target."""
+    first = [(t, x) for t, x in scores if t <= now / 2]
+    latest = [(t, x) for t, x in scores if t > now / 2]
+    if not first or not latest:
+        return False
+    (t1, m1), (t2, m2) = [(statistics.median(t for t, _ in half), statistics.median(x for _, x in half))
+                          for half in (first, latest)]
+    if m2 >= target:
+        return False
+    pace = (m2 - m1) / (t2 - t1) if t2 > t1 else 0.0
+    return pace <= 0 or now + (target - m2) / pace > limit_s
 
 
 def settle(model: torch.nn.Module) -> None:
