@@ -128,6 +128,21 @@ def test_a_lower_rate_only_for_a_stalled_run():
     assert d.switched and d.setting == (0.0133, 0.9)
 
 
+def test_a_run_off_pace_switches_without_the_noise_margin():
+    """gru-count's second pause (lr 0.1, batch 8, off pace at 105 s): the current rate's repeats
+    spread 0.085 cooled and 0.75 raw; a third of the rate reads lower on both, by 0.11 cooled.
+    A stalled run keeps its rate (the raw gap is within the current rate's spread); a run off pace
+    switches. Where the rival reads higher on either loss, an off-pace run stays too. Fails if
+    off pace still asks for the margin, or switches to a rival that reads worse."""
+    now, third = retune.Setting(0.1, 0.9), retune.Setting(0.0333, 0.9)
+    scores = {now: readings((2.10, 2.07), (2.85, 2.16)), third: readings((2.02, 2.04), (2.02, 1.97))}
+    assert not decide(now, scores, stalled=True).switched
+    d = decide(now, scores, stalled=True, off_pace=True)
+    assert d.switched and d.setting == third and "off pace" in d.reason
+    worse_raw = {now: scores[now], third: readings((2.6, 2.04), (2.6, 1.97))}
+    assert not decide(now, worse_raw, stalled=True, off_pace=True).switched
+
+
 def test_where_cooling_reaches_the_target_the_run_goes_on_cooled():
     """The kept setting's cool-down reaches the target score (0.95) on both repeats: the run goes
     on at a tenth of its rate. One repeat short of it: the rate is kept."""
@@ -217,7 +232,7 @@ def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():
     assert pause_why([]) == "schedule"
     assert pause_why([{"train_s": 1.0}, {"train_s": 2.0}]) == "schedule"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0}]) == "stall"
-    assert pause_why([{"train_s": 1.0, "off_pace": True}, {"train_s": 2.0}]) == "stall"
+    assert pause_why([{"train_s": 1.0, "stalled": True, "off_pace": True}, {"train_s": 2.0}]) == "off pace"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0, "diverged": True}]) == "divergence"
 
 

@@ -243,8 +243,10 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     samples; the current setting and the challenger (retune.challenger) are read again on other
     batches, which measures the noise; the run switches only beyond it on both losses, to a lower
     rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
-    `why` the run paused: "schedule", "stall" (stalled) or "divergence" (stalled, and the run's
-    loss diverged at its current setting, so the best reading wins, no margin asked).
+    `why` the run paused: "schedule", "stall" (stalled), "off pace" (stalled, and at its pace
+    the run misses its target within its time limit, so a challenger needs no margin) or
+    "divergence" (stalled, and the run's loss diverged at its current setting, so the best
+    reading wins, no margin asked).
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
     the current setting's (retune.pace).
@@ -255,7 +257,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     held = first(test, RETUNE_VALIDATION)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
-    stalled, diverged = why in ("stall", "divergence"), why == "divergence"
+    stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
     every = retune_mod.spec_candidates(spec, step_s)
     updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every}
 
@@ -270,7 +272,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled, diverged)
+    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}

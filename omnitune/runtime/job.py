@@ -34,7 +34,7 @@ from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes, roles
 
-# (run spec, checkpoint, why the run paused: "schedule", "stall" or "divergence") -> (the re-tuned
+# (run spec, checkpoint, why the run paused: "schedule", "stall", "off pace" or "divergence") -> (the re-tuned
 # run spec, a record of what was tried, for replans.jsonl)
 Replanner = Callable[[RunSpec, Path, str], tuple[RunSpec, dict]]
 
@@ -343,14 +343,17 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
 
 def pause_why(segment: list[dict]) -> str:
     """Why the run pauses, from the evaluations of the segment that ends: "divergence" where the
-    latest diverged, "stall" where any of them was stalled or off pace, else "schedule". A run that swings
+    latest diverged, "off pace" where any of them was (monitor.off_pace), "stall" where any was
+    stalled, else "schedule". A run that swings
     (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s, stalled through most of it)
     reads unstalled at one evaluation and stalled at the next; judged by its latest, it paused as
     on schedule, read no lower rate, and went on at the rate that made it swing."""
     latest = segment[-1] if segment else {}
     if latest.get("diverged"):
         return "divergence"
-    return "stall" if any(r.get("stalled") or r.get("off_pace") for r in segment) else "schedule"
+    if any(r.get("off_pace") for r in segment):
+        return "off pace"
+    return "stall" if any(r.get("stalled") for r in segment) else "schedule"
 
 
 def readings(run_dir: Path) -> list[dict]:
