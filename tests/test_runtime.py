@@ -261,19 +261,24 @@ def test_a_run_is_off_pace_when_its_halves_pace_misses_the_target_within_the_lim
     rising = [(1.0, 0.1), (2.0, 0.2), (3.0, 0.9), (5.0, 0.4), (6.0, 0.4), (7.0, 0.5)]
     assert not monitor.off_pace(rising, 8.0, 0.9, 20.0)
     assert monitor.off_pace(rising, 8.0, 0.9, 15.0)
-    assert monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (5.0, 0.4), (6.0, 0.4)], 8.0, 0.9, 1e9)
-    assert not monitor.off_pace([(1.0, 0.4), (5.0, 0.95), (6.0, 0.95)], 8.0, 0.9, 10.0)
+    assert monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (3.0, 0.4), (5.0, 0.4), (6.0, 0.4), (7.0, 0.4)], 8.0, 0.9, 1e9)
+    assert not monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (3.0, 0.4), (5.0, 0.95), (6.0, 0.95), (7.0, 0.95)], 8.0,
+                                0.9, 10.0)
     assert not monitor.off_pace([(5.0, 0.4), (6.0, 0.4)], 8.0, 0.9, 10.0)
+    one_before = [(1.0, 0.1), (5.0, 0.4), (6.0, 0.4), (7.0, 0.4)]      # a median of one reading: no pace
+    assert not monitor.off_pace(one_before, 8.0, 0.9, 10.0)
+    assert monitor.off_pace([(0.5, 0.1)] * 3 + one_before[1:], 8.0, 0.9, 10.0)
 
 
-@pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 5), (4.0, 8), (math.inf, None)])
+@pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 6), (4.0, 8), (math.inf, None)])
 def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_stall_wait_s(tmp_path, monkeypatch, wait_s,
                                                                                 ends_at_s):
     """Readings on a fake clock, one a second, creeping up 0.01 a second from 0.2: a 40 s limit
     and a target of 0.99 are far out of reach at that pace. With no budget for a pause
     (stall_stop_from_s infinite), being off pace ends the segment once the latest half of the
-    training lasted `stall_wait_s`: at the fifth evaluation (5 s) for a 2 s wait, at 8 s for 4 s,
-    never for an infinite one (a pinned run). The short stall never marks this curve (it climbs).
+    training lasted `stall_wait_s`: at 6 s (the first with three readings in each half) for a 2 s
+    wait, at 8 s for 4 s, never for an infinite one (a pinned run). The short stall never marks
+    this curve (it climbs).
     Fails if the wait or the pace is ignored, or if a pinned run is ended."""
     import torch
 
@@ -290,7 +295,7 @@ def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_stall_wait_
             break
     assert m.stalled_at_s is None and ended == ends_at_s
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [bool(x.get("off_pace")) for x in lines] == [math.isfinite(wait_s) and k >= 5 for k in range(1, len(lines) + 1)]
+    assert [bool(x.get("off_pace")) for x in lines] == [math.isfinite(wait_s) and k >= 6 for k in range(1, len(lines) + 1)]
 
 
 def test_a_curve_that_climbs_slowly_through_noise_is_not_stalled(tmp_path, monkeypatch):

@@ -31,7 +31,11 @@ STALL_SHARE = 0.2
 # (job.run_with_replans). On pinned runs at a 240 s limit (CHANGELOG, 2026-11-27) it held at
 # 26-64 of 30-68 evaluations of five gru-count runs (accuracy creeping from 0.1 to 0.3-0.5 of
 # 0.9), from 18-44 s of training, and at one of ~460 evaluations of two teacher-mlp runs and at
-# none of two shapes-resnet runs, which reached their targets at 89-110 s.
+# none of two shapes-resnet runs, which reached their targets at 89-110 s. Each half's median
+# needs PACE_READINGS readings, so that no single one moves it: a segment after a pause begins
+# with its first half all but empty (gru-count paused at 62 s and, judged at 125 s on the one
+# reading before 62.5 s, again, and lowered a rate that was climbing a tenfold).
+PACE_READINGS = 3
 STALL_EVALS = 5
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
@@ -260,10 +264,11 @@ class Monitor:
 def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
     """Whether the run, at the pace its median score rose from the first half of its training
     (to `now`) to the latest half, reaches `target` only after `limit_s`, or never; False while
-    either half holds no reading, or where the latest half's median is at the target."""
+    either half holds fewer than PACE_READINGS readings, or where the latest half's median is at
+    the target."""
     first = [(t, x) for t, x in scores if t <= now / 2]
     latest = [(t, x) for t, x in scores if t > now / 2]
-    if not first or not latest:
+    if len(first) < PACE_READINGS or len(latest) < PACE_READINGS:
         return False
     (t1, m1), (t2, m2) = [(statistics.median(t for t, _ in half), statistics.median(x for _, x in half))
                           for half in (first, latest)]
