@@ -24,6 +24,7 @@ from omnitune.runtime.workload import Workload, evaluate
 # climbs slowly through noise goes seconds without a new best (teacher-mlp was "stalled" at 28 s
 # of a 75 s run that climbed throughout).
 STALL_SHARE = 0.2
+STALL_EVALS = 5
 # A re-tuned run is off pace where, at the pace its median score rose from the first half of its
 # training to the latest half, it would reach its target only past its time limit, or never (no
 # rise). Linear, so optimistic for a curve that levels off. It pauses the run although the pause
@@ -36,7 +37,6 @@ STALL_SHARE = 0.2
 # with its first half all but empty (gru-count paused at 62 s and, judged at 125 s on the one
 # reading before 62.5 s, again, and lowered a rate that was climbing a tenfold).
 PACE_READINGS = 3
-STALL_EVALS = 5
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
 # since its first DIVERGE_WARMUP minibatches: a rate too high for where the run now is. The
