@@ -195,7 +195,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     waits = []
 
     def run_job(args):
-        waits.append(args.stall_wait_s)
+        waits.append(args.pace_wait_s)
         clock["t"] += job.RESTART_S                            # every launch, the restart after a pause too
         began_at = clock["train"]                              # a segment resumes from the pause's checkpoint
         end = min(args.stop_at_s, 200.0)

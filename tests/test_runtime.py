@@ -218,7 +218,7 @@ def test_retuning_raises_a_rate_too_small(tmp_path):
     assert plan_after["spec"]["lr"] == first["after"]["lr"]
 
 
-def test_a_stall_is_seen_and_with_stop_on_stall_ends_the_run(tmp_path):
+def test_a_stall_is_seen_and_with_stop_on_progress_ends_the_run(tmp_path):
     """lenet-digits at lr 1e-7 does not learn: its accuracy stays where it starts. Without
     re-tuning and with stop_on_stall, the run ends on the stall long before its time limit, the
     summary says when, and metrics.jsonl marks the evaluations while it lasted. Fails if the
@@ -271,12 +271,12 @@ def test_a_run_is_off_pace_when_its_halves_pace_misses_the_target_within_the_lim
 
 
 @pytest.mark.parametrize("wait_s, ends_at_s", [(2.0, 6), (4.0, 8), (math.inf, None)])
-def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_stall_wait_s(tmp_path, monkeypatch, wait_s,
+def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_pace_wait_s(tmp_path, monkeypatch, wait_s,
                                                                                 ends_at_s):
     """Readings on a fake clock, one a second, creeping up 0.01 a second from 0.2: a 40 s limit
     and a target of 0.99 are far out of reach at that pace. With no budget for a pause
     (stall_stop_from_s infinite), being off pace ends the segment once the latest half of the
-    training lasted `stall_wait_s`: at 6 s (the first with three readings in each half) for a 2 s
+    training lasted `pace_wait_s`: at 6 s (the first with three readings in each half) for a 2 s
     wait, at 8 s for 4 s, never for an infinite one (a pinned run). The short stall never marks
     this curve (it climbs).
     Fails if the wait or the pace is ignored, or if a pinned run is ended."""
@@ -284,7 +284,7 @@ def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_stall_wait_
 
     clock = {"t": 0.0}
     monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, 0.2 + 0.01 * clock["t"]))
-    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", stall_wait_s=wait_s, limit_s=40.0)
+    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", pace_wait_s=wait_s, limit_s=40.0)
     monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
     model = torch.nn.Linear(1, 1)
     ended = None

@@ -305,7 +305,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         # with which it missed its target (CHANGELOG).
         stall_from_s = (before_s + cost_s) / RETUNE_SHARE
         began, segment_from_s = time.perf_counter(), train_s
-        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s, stall_wait_s=cost_s))
+        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s,
+                                             pace_wait_s=cost_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
         if replans:          # this segment began with a restart after a pause

@@ -104,9 +104,9 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
-    stall_wait_s: float = float("inf")        # being off pace ends it once the latest half lasted this long
+    pace_wait_s: float = float("inf")         # being off pace ends it once the latest half lasted this long
     limit_s: float = float("inf")             # the whole run's time limit, which its pace is judged by
-    off_pace: bool = False                    # off pace now (`off_pace`; only where stall_wait_s is finite)
+    off_pace: bool = False                    # off pace now (`off_pace`; only where pace_wait_s is finite)
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
     lowest_average: float = float("inf")      # its lowest, past DIVERGE_WARMUP minibatches
     minibatches: int = 0
@@ -173,18 +173,18 @@ class Monitor:
             self.next_eval = self.elapsed() + max(self.eval_every_s, 10 * (self.elapsed() - now))
         done = (self.time_to_target_s is not None or self.out_of_time(iteration)
                 or 0 < self.max_iters <= iteration
-                or self.stall_ends(self.elapsed() - self.eval_s)
+                or self.progress_ends(self.elapsed() - self.eval_s)
                 or self.diverged and self.diverge_stop)
         if done and self.stop is None:
             settle(model)
             self.stop = (iteration, self.elapsed() - self.eval_s)
         return done
 
-    def stall_ends(self, train_s: float) -> bool:
+    def progress_ends(self, train_s: float) -> bool:
         """Whether the run's progress ends it at `train_s`: a stall past `stall_stop_from_s`, or
-        being off pace once the latest half of the training lasted `stall_wait_s`."""
+        being off pace once the latest half of the training lasted `pace_wait_s`."""
         return (self.stalled and train_s >= self.stall_stop_from_s
-                or self.off_pace and train_s / 2 >= self.stall_wait_s)
+                or self.off_pace and train_s / 2 >= self.pace_wait_s)
 
     def out_of_time(self, iteration: int) -> bool:
         """Past the time limit, and, with `min_iters`, past that many iterations since the first
@@ -201,13 +201,13 @@ class Monitor:
         if better:
             self.best_score, self.best_at_s = score, train_s
         self.scores.append((train_s, score))
-        keep = 0.0 if math.isfinite(self.stall_wait_s) else (1 - 2 * STALL_SHARE) * train_s   # older: in no window
+        keep = 0.0 if math.isfinite(self.pace_wait_s) else (1 - 2 * STALL_SHARE) * train_s   # older: in no window
         while len(self.scores) > 1 and self.scores[0][0] <= keep:
             self.scores.popleft()
         self.stalled = self.evaluations >= STALL_EVALS and not rising(self.scores, train_s)
         if self.stalled and self.stalled_at_s is None:
             self.stalled_at_s = train_s
-        self.off_pace = (math.isfinite(self.stall_wait_s) and self.evaluations >= STALL_EVALS
+        self.off_pace = (math.isfinite(self.pace_wait_s) and self.evaluations >= STALL_EVALS
                          and off_pace(self.scores, train_s, self.target.score, self.limit_s))
         if self.minibatches:
             self.diverged = (not math.isfinite(self.loss_average)
@@ -254,9 +254,9 @@ class Monitor:
             self.keep_best(iteration, wall - self.eval_s)
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": finite(train_loss),
-                "test_loss": finite(test_loss), "test_accuracy": accuracy, **({"stalled": True} if self.stalled else {}),
-                **({"off_pace": True} if self.off_pace else {}), **({"diverged": True} if self.diverged else {}),
-                **(extra or {})}
+                "test_loss": finite(test_loss), "test_accuracy": accuracy,
+                **({"stalled": True} if self.stalled else {}), **({"off_pace": True} if self.off_pace else {}),
+                **({"diverged": True} if self.diverged else {}), **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
 
@@ -291,12 +291,12 @@ def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def rising(scores, now: float, share: float = STALL_SHARE) -> bool:
-    """Whether the median score over the latest `share` of the training (to `now`) is above the
-    median over the `share` before it (medians: one lucky reading moves neither); True while
-    either window holds no reading."""
-    recent = [x for t, x in scores if t > (1 - share) * now]
-    before = [x for t, x in scores if (1 - 2 * share) * now < t <= (1 - share) * now]
+def rising(scores, now: float) -> bool:
+    """Whether the median score over the latest STALL_SHARE of the training (to `now`) is above
+    the median over the STALL_SHARE before it (medians: one lucky reading moves neither); True
+    while either window holds no reading."""
+    recent = [x for t, x in scores if t > (1 - STALL_SHARE) * now]
+    before = [x for t, x in scores if (1 - 2 * STALL_SHARE) * now < t <= (1 - STALL_SHARE) * now]
     if not recent or not before:
         return True
     return statistics.median(recent) > statistics.median(before)

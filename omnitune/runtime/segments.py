@@ -40,7 +40,7 @@ PAUSED = "paused-{}"       # the coordinator's mark in the run dir: segment k of
 POLL_S = 0.02              # how often the re-tuner looks for that mark
 OWNER_CHECK_S = 1.0        # how often a waiting process checks that the command that launched it lives
 # What the next segment takes from the re-tuner: its spec comes from the plan at `plan_path`.
-CHANGES = ("plan_path", "resume_from", "stop_at_s", "stall_stop_from_s", "stall_wait_s", "diverge_stop")
+CHANGES = ("plan_path", "resume_from", "stop_at_s", "stall_stop_from_s", "pace_wait_s", "diverge_stop")
 
 
 class Segments:
@@ -173,8 +173,8 @@ def resident(body: Callable[[Callable[[JobArgs], RunSummary]], RunSummary],
 # hundred times instead of 300,000 before it sleeps (GOMP_SPINCOUNT's throttled count), so each
 # of the next thread's small kernels waits for its helpers to wake. A process that has trained in
 # its main thread (a profile and a plan in one Python process) ran the pauses' probes in the
-# re-tuning thread 1.6-3.4x slower on 2 cores (CHANGELOG, issue 37). OMP_PAUSE_HARD frees the calling thread's pool; its next
-# parallel region builds a new one.
+# re-tuning thread 1.6-3.4x slower on 2 cores (CHANGELOG, issue 37). OMP_PAUSE_HARD frees the
+# calling thread's pool; its next parallel region builds a new one.
 OMP_PAUSE_HARD = 2
 
 
