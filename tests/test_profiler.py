@@ -152,19 +152,59 @@ def test_layouts_of_gpus_beside_cpu_workers_get_balanced_sync_jobs_from_the_meas
         assert spec.batch_size["cuda0"] == max(spec.batch_size.values())
 
 
-def test_cpu_workers_between_one_thread_and_the_widest_are_timed_briefly(monkeypatch):
-    """profiler.between: the few-worker layouts' devices get shorter timings; the widest worker
-    and a GPU the full ones, and alike devices are timed once."""
-    seen = {}
+def test_cpu_workers_between_one_thread_and_the_widest_are_modelled_not_timed(monkeypatch):
+    """profiler.in_between: the few-worker layouts' devices and the GPU layouts' cpu-rest lie
+    between the one-per-core workers and cpu-all, and are not timed; the widest worker and a GPU
+    are, and alike devices once."""
+    seen = []
 
     def fake(wl, train, device, settings, progress):
-        seen[device.id] = settings
+        seen.append(device.id)
         return [StepTiming(1, 0.01, 100.0)]
     monkeypatch.setattr(profiler, "measure_alone", fake)
     cluster = local_cluster(cpu_count=8, cuda_count=1)
-    s = Settings()
-    devices = profiler.outside(cluster, profiler.concurrent_layout(cluster), None, None, s, lambda m: None)
-    assert seen["cuda0"] == s and seen["cpu-all"] == s
-    brief = [d for d in seen if d.startswith("cpu") and d != "cpu-all"]
-    assert brief and all(seen[d].size_s < s.size_s and seen[d].repeats <= 3 for d in brief)
-    assert set(devices) > set(seen)            # the others of a layout share their first's timing
+    biggest = profiler.concurrent_layout(cluster)
+    modelled = profiler.in_between(cluster, biggest)
+    assert set(modelled) == {d.id for d in cluster.devices if d.kind == "cpu" and 1 < d.threads < 8}
+    assert "cpu-rest" in modelled and "cpu2x0" in modelled and "cpu4x1" in modelled
+    assert set(modelled.values()) == {("cpu0", "cpu-all")}
+    devices = profiler.outside(cluster, biggest, None, None, Settings(), lambda m: None, skip=set(modelled))
+    assert sorted(seen) == ["cpu-all", "cuda0"] and set(devices) == {"cpu-all", "cuda0"}
+    assert profiler.in_between(local_cluster(cpu_count=2, cuda_count=0), "one-per-core") == {}
+
+
+def test_a_modelled_worker_interpolates_throughput_per_thread_in_log_threads():
+    """profiler.interpolated, against the arithmetic by hand: the narrow workers' median (one of
+    three reads 3x slower), the widest's, at the batches both timed, a third of the way in log
+    threads for 2 of 1..8; the result is marked modelled and survives a save and a load."""
+    import math
+
+    from omnitune.core.profile import DeviceProfile
+    cluster = local_cluster(cpu_count=8, cuda_count=0)
+
+    def dp(device_id, per_sample_s, batches, concurrent):
+        return DeviceProfile.measured(device_id, [StepTiming(b, b * per_sample_s, 1 / per_sample_s, 0.02)
+                                                  for b in batches], concurrent)
+    devices = {"cpu0": dp("cpu0", 1e-3, (1, 4, 16, 64), True), "cpu1": dp("cpu1", 1e-3, (1, 4, 16, 64), True),
+               "cpu2": dp("cpu2", 3e-3, (1, 4, 16, 64), True), "cpu-all": dp("cpu-all", 4e-4, (4, 16, 64, 256), False)}
+    out = profiler.interpolated(cluster, "cpu4x0", "cpu0", "cpu-all", devices)
+    assert out.modelled and not out.concurrent and out.max_batch == 64
+    assert [s.batch_size for s in out.steps] == [4, 16, 64]
+    share = math.log(2) / math.log(8)
+    per_sample_thread = math.exp((1 - share) * math.log(1e-3) + share * math.log(8 * 4e-4))
+    for s in out.steps:
+        assert math.isclose(s.sec_per_step, s.batch_size * per_sample_thread / 2, rel_tol=1e-9)
+        assert math.isclose(s.samples_per_s, s.batch_size / s.sec_per_step) and s.spread == 0.02
+    assert devices["cpu-all"].best.samples_per_s < out.best.samples_per_s * 4 < devices["cpu0"].best.samples_per_s * 8
+
+
+def test_a_profile_keeps_which_devices_were_modelled(tmp_path):
+    from dataclasses import replace
+
+    from omnitune.core import profile as profile_mod
+    prof = profile_mod.load("benchmarks/results/gpu-profile.json")
+    assert not any(d.modelled for d in prof.devices)            # an older file loads as measured
+    marked = replace(prof, schema_version=profile_mod.SCHEMA_VERSION, devices=(replace(prof.devices[0], modelled=True),) + prof.devices[1:])
+    profile_mod.save(marked, tmp_path / "p.json")
+    again = profile_mod.load(tmp_path / "p.json")
+    assert again.devices[0].modelled and again.schema_version == profile_mod.SCHEMA_VERSION

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from omnitune.core.cluster import Cluster
 from omnitune.core.files import atomic_write_json, load_versioned, to_dict
 
-SCHEMA_VERSION = 3          # 2 added calibration staleness, 3 step spread; older files load as they are
+SCHEMA_VERSION = 4          # 2 added calibration staleness, 3 step spread, 4 modelled devices; older files load as they are
 
 
 def _positive(x: float) -> bool:
@@ -39,6 +39,7 @@ class DeviceProfile:
     steps: tuple[StepTiming, ...]
     max_batch: int            # the largest batch measured that fit (and kept within the time cap)
     concurrent: bool          # measured while the other devices of its layout ran too
+    modelled: bool = False    # steps modelled from other devices' (profiler.in_between), not timed
 
     def __post_init__(self):
         if not self.steps:
@@ -160,4 +161,4 @@ def save(profile: Profile, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    return load_versioned(path, Profile, supported=(1, 2, SCHEMA_VERSION))
+    return load_versioned(path, Profile, supported=(1, 2, 3, SCHEMA_VERSION))

@@ -6,12 +6,16 @@ or its memory runs out. Then the devices of that layout are measured concurrentl
 each, so that contention for cores and memory bandwidth is in the numbers; the same processes
 time gloo all-reduce and point-to-point round trips, and real jobs of the runtime (calibration):
 every protocol on that layout, each one-device layout, and each layout of GPUs beside CPU
-workers, with batches balanced from the steps measured before.
+workers, with batches balanced from the steps measured before. CPU workers of a width between
+the concurrent layout's and the widest are not timed: their steps are modelled from those two
+(`in_between`), and the planner times such a setup by a real job before it may win.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import statistics
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -53,7 +57,8 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     everyone = placed_nodes([(cluster.server_node, cluster.server_host)] + [(d.node, d.host) for d in concurrent])
     here = launch_mod.pick_node(everyone, cluster.rendezvous, node_rank, "the cluster spec")
     network, calibration = None, []
-    devices = outside(cluster, biggest, wl, train, settings, progress) \
+    modelled = in_between(cluster, biggest) if len(concurrent) > 1 else {}
+    devices = outside(cluster, biggest, wl, train, settings, progress, skip=set(modelled)) \
         if here.index == 0 or len(concurrent) == 1 else {}
     if len(concurrent) > 1:
         progress(f"{len(concurrent)} workers of layout {biggest!r} at once, then their links")
@@ -69,7 +74,9 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
                          None if cached else workload_mod.share(datasets, shared), str(log_dir),
                          () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
                          () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
-                         {d: dp.steps for d, dp in devices.items()}, time.time())
+                         {**{d: dp.steps for d, dp in devices.items()},
+                          **{d: scaled(devices[wide].steps, cluster.device(wide).threads / cluster.device(d).threads)
+                             for d, (_, wide) in modelled.items() if wide in devices}}, time.time())
         try:
             results = launch(job, here, everyone, cluster, workload_spec, log_dir, progress)
         finally:
@@ -79,6 +86,13 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
             return None
         network, calibration = read_gathered(gathered, devices, everyone)
         progress(took(gathered[0]["phases"], len(concurrent) + 1))      # a rank per device, and the server rank
+        for d, (narrow, wide) in modelled.items():
+            devices[d] = interpolated(cluster, d, narrow, wide, devices)
+        for narrow, wide in dict.fromkeys(modelled.values()):
+            ids = [d for d, pair in modelled.items() if pair == (narrow, wide)]
+            threads = sorted({cluster.device(d).threads for d in ids})
+            progress(f"{len(ids)} workers of {', '.join(map(str, threads))} threads not timed: modelled between "
+                     f"{narrow}'s layout and {wide}")
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))
@@ -95,33 +109,84 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
 
 
 def outside(cluster: Cluster, biggest: str, wl, train, settings: Settings,
-            progress: Callable[[str], None]) -> dict[str, DeviceProfile]:
-    """The devices outside the concurrent layout, measured first, alike ones once, each with the
-    host to itself (a GPU without CPU workers beside it): the mixed layouts' calibration jobs
-    balance from them."""
+            progress: Callable[[str], None], skip: set[str] = frozenset()) -> dict[str, DeviceProfile]:
+    """The devices outside the concurrent layout but those in `skip`, measured first, alike ones
+    once, each with the host to itself (a GPU without CPU workers beside it): the mixed layouts'
+    calibration jobs balance from them."""
     devices: dict[str, DeviceProfile] = {}
     alike: dict[tuple, list[StepTiming]] = {}
     concurrent_ids = set(cluster.layouts[biggest])
-    widest = max((d.threads for d in cluster.devices if d.kind == "cpu"), default=0)
     for device in cluster.devices:
-        if device.id not in concurrent_ids:
+        if device.id not in concurrent_ids and device.id not in skip:
             key = (device.kind, device.host, device.threads, device.emulated_slowdown)
             if key not in alike:
                 progress(named(device))
                 began = time.perf_counter()
-                alike[key] = measure_alone(wl, train, device, between(settings) if 1 < device.threads < widest
-                                           and device.kind == "cpu" else settings, progress)
+                alike[key] = measure_alone(wl, train, device, settings, progress)
                 progress(f"{named(device)}: timed in {time.perf_counter() - began:.1f}s")
             devices[device.id] = DeviceProfile.measured(device.id, alike[key], False)
     return devices
 
 
-def between(s: Settings) -> Settings:
-    """Briefer timing for a CPU worker of fewer threads than the widest (the layouts of a few
-    workers between one per core and one on all): no calibration job runs their layouts, so the
-    planner times such a setup by a real job before it may win, and their steps only rank it.
-    Timed as the others, the four on an H200 machine's 16 cores took 13 s of a 66 s profile."""
-    return replace(s, size_s=s.size_s / 3, repeats=min(s.repeats, 3))
+def in_between(cluster: Cluster, biggest: str) -> dict[str, tuple[str, str]]:
+    """The CPU workers whose steps are modelled, not timed, each with the two devices it is
+    modelled between: a worker outside the concurrent layout whose threads lie strictly between
+    those of that layout's CPU workers on its host (one per core, timed side by side) and those
+    of the widest CPU worker there (timed alone), as the layouts of a few workers between one
+    per core and one on all are. No calibration job runs their layouts, so the planner times such
+    a setup by a real job before it may win, and their steps only rank it. Timed, the five of an
+    H200 machine's 16 cores (2, 4, 8, 15 threads, and all 16) took 8.9 s of a 43 s profile."""
+    concurrent_ids = cluster.layouts[biggest]
+    out = {}
+    for d in cluster.devices:
+        if d.kind != "cpu" or d.id in concurrent_ids or d.emulated_slowdown != 1.0:
+            continue
+        narrow = [c for c in concurrent_ids if cluster.device(c).kind == "cpu" and cluster.device(c).host == d.host
+                  and cluster.device(c).emulated_slowdown == 1.0]
+        wide = [w for w in cluster.devices if w.kind == "cpu" and w.host == d.host and w.id not in concurrent_ids
+                and w.emulated_slowdown == 1.0]
+        if narrow and wide:
+            n, w = cluster.device(narrow[0]), max(wide, key=lambda x: x.threads)
+            if n.threads < d.threads < w.threads:
+                out[d.id] = (n.id, w.id)
+    return out
+
+
+def scaled(steps, factor: float) -> tuple[StepTiming, ...]:
+    """Step timings `factor` times as long."""
+    return tuple(StepTiming(s.batch_size, s.sec_per_step * factor, s.samples_per_s / factor, s.spread) for s in steps)
+
+
+def interpolated(cluster: Cluster, device_id: str, narrow: str, wide: str,
+                 devices: dict[str, DeviceProfile]) -> DeviceProfile:
+    """A CPU worker's steps modelled from the narrow workers' (the median over those of the
+    narrow one's threads on its host, timed side by side) and the widest's (timed alone): at each
+    batch both timed, the throughput per thread is interpolated geometrically in log threads.
+    Per thread, the narrow workers are slowed by their neighbours and the widest by its threads'
+    synchronisation, so the model lies between the two. Against the in-between workers timed
+    alone on two H200 profiles (batches 1-128), it read 1.1-2.1 times slower for 2-8 threads and
+    0.7-1.0 times for 15: a worker timed alone has the host to itself, which it does not have
+    in its layout, and no job of such a layout has timed the truth."""
+    d, n, w = cluster.device(device_id), cluster.device(narrow), cluster.device(wide)
+    siblings = [devices[c.id] for c in cluster.devices
+                if c.id in devices and devices[c.id].concurrent and c.kind == "cpu" and c.host == n.host
+                and c.threads == n.threads]
+    by_batch: dict[int, list[StepTiming]] = {}
+    for dp in siblings:
+        for s in dp.steps:
+            by_batch.setdefault(s.batch_size, []).append(s)
+    widest = {s.batch_size: s for s in devices[wide].steps}
+    share = math.log(d.threads / n.threads) / math.log(w.threads / n.threads)
+    steps = []
+    for b in sorted(set(by_batch) & set(widest)):
+        narrow_s = statistics.median(s.sec_per_step for s in by_batch[b]) * n.threads    # seconds per sample-thread
+        wide_s = widest[b].sec_per_step * w.threads
+        sec = math.exp((1 - share) * math.log(narrow_s) + share * math.log(wide_s)) / d.threads
+        spread = statistics.median(s.spread for s in by_batch[b])
+        steps.append(StepTiming(b, sec, b / sec, spread))
+    if not steps:           # no batch timed by both: the widest's, scaled by threads
+        steps = list(scaled(devices[wide].steps, w.threads / d.threads))
+    return replace(DeviceProfile.measured(device_id, steps, False), modelled=True)
 
 
 def took(phases: dict, processes: int) -> str:
