@@ -21,11 +21,12 @@ one worker, `cpu-rest`, on all of them). A GPU is timed without CPU workers runn
 its batch doubled past `--max-batch` while its throughput rises by more than 5% (or until its
 memory runs out, which ends its range with a message, not an error). The mixed layouts are
 timed as they run, in sync jobs with balanced batches, each layout's jobs at batches its own
-steps allow; the calibration jobs share about 8 s. CPU workers of fewer threads than the
-widest (the layouts between one worker per core and one on all of them, and `cpu-rest`) are not
-timed: their steps are modelled from the one-per-core workers' and the widest's, their
-throughput per thread interpolated in log threads, and marked `modelled` in the profile. No
-calibration job runs their layouts, so a setup on one is timed by a real job before it may win.
+steps allow; the calibration jobs share about 8 s, and no protocol starts its jobs past 10 s.
+CPU workers of fewer threads than the widest (the layouts between one worker per core and one
+on all of them, and `cpu-rest`) are not timed: their steps are modelled from the one-per-core
+workers' and the widest's, their throughput per thread interpolated in log threads, and marked
+`modelled` in the profile. No calibration job runs their layouts, so a setup on one is timed by
+a real job before it may win.
 The profile's progress lines name what each of its parts took.
 
 `omnitune plan` scores every setup with the hardware model, in which a GPU's process takes a

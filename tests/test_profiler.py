@@ -202,9 +202,23 @@ def test_a_profile_keeps_which_devices_were_modelled(tmp_path):
     from dataclasses import replace
 
     from omnitune.core import profile as profile_mod
-    prof = profile_mod.load("benchmarks/results/gpu-profile.json")
+    prof = profile_mod.load("tests/data/profile-v3.json")
     assert not any(d.modelled for d in prof.devices)            # an older file loads as measured
     marked = replace(prof, schema_version=profile_mod.SCHEMA_VERSION, devices=(replace(prof.devices[0], modelled=True),) + prof.devices[1:])
     profile_mod.save(marked, tmp_path / "p.json")
     again = profile_mod.load(tmp_path / "p.json")
     assert again.devices[0].modelled and again.schema_version == profile_mod.SCHEMA_VERSION
+
+
+def test_no_calibration_protocol_starts_past_the_deadline(tmp_path):
+    """A real profile of this machine's two-worker layout whose calibration deadline passes at
+    once: the first protocol's jobs (the one-device layout's, which run first) still run, every
+    later one is left out, and the progress line says so; the profile still loads and plans."""
+    from dataclasses import replace
+
+    said = []
+    settings = replace(Settings.make(True), calibration_deadline_s=0.01)
+    prof = profiler.profile(local_cluster(cpu_count=2, cuda_count=0), "lenet-digits", None, settings,
+                            tmp_path / "logs", progress=said.append)
+    assert {c.layout for c in prof.calibration} == {"one-worker"} and len(prof.calibration) == 2
+    assert any("left out past the deadline" in line for line in said)

@@ -193,7 +193,9 @@ def took(phases: dict, processes: int) -> str:
     """What the concurrent launch's parts took (profile_worker.main's phases)."""
     return (f"{processes} processes ready in {phases['ready_s']:.1f}s; timed the steps in {phases['steps_s']:.1f}s, "
             f"the links in {phases['links_s']:.1f}s, {phases['calibration_jobs']} calibration jobs "
-            f"(of {phases.get('calibration_job_s', 0.0):.2f}s each) in {phases['calibration_s']:.1f}s")
+            f"(of {phases.get('calibration_job_s', 0.0):.2f}s each) in {phases['calibration_s']:.1f}s"
+            + (f" ({phases['calibration_left_out']} more left out past the deadline: modelled, and timed "
+               "before they may win)" if phases.get("calibration_left_out") else ""))
 
 
 def read_gathered(gathered: list[dict], devices: dict[str, DeviceProfile], everyone) -> tuple[Network, list]:

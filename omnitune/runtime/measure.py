@@ -44,12 +44,19 @@ class Settings:
     # layouts call for many jobs runs each shorter. 40 jobs of 0.4 s on 17 ranks of an H200
     # machine took 22 s of a 48 s profile.
     calibration_budget_s: float = 8.0
+    # No protocol starts its calibration jobs once they have run this long (profile_worker.calibrate):
+    # each job costs more than it trains (its model, optimizer, barriers and final evaluation), and
+    # 40 jobs of 0.2 s on an H100 machine's 17 ranks took 17.1 s of a 36.8 s profile. The jobs run
+    # in the order of `calibration_jobs`, so those left out are the measured layout's last
+    # protocols and its groups formed by speed, which the planner models and times by a real job
+    # before they may win. None with `quick` (tests), whose few short jobs then all run.
+    calibration_deadline_s: float = 10.0
     calibrate_batches: tuple[int, ...] = (16, 64, 256)   # the planner's batches run to 256
 
     @classmethod
     def make(cls, quick: bool, max_batch: int | None = None) -> "Settings":
         s = cls(max_batch=64, max_step_s=0.1, repeats=3, size_s=0.2, warmup=1, link_repeats=5, calibrate_s=0.2,
-                calibrate_batches=(8, 32)) if quick else cls()
+                calibrate_batches=(8, 32), calibration_deadline_s=math.inf) if quick else cls()
         if max_batch is not None:
             if max_batch < 1:
                 raise UserError(f"--max-batch must be at least 1, got {max_batch}")

@@ -16,6 +16,7 @@ layouts of GPUs beside CPU workers, as sync jobs with balanced batches on ranks 
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import time
@@ -282,16 +283,26 @@ def mixed_sized(job: ProfileJob, steps: list) -> list[tuple[str, RunSpec, int]]:
 
 
 def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, train, test, store,
-              seconds: float) -> list[Calibration]:
+              seconds: float, deadline_s: float = math.inf) -> tuple[list[Calibration], int]:
     """Run each calibration job (layout, spec, and where its groups or batches were formed by
     speed, its nominal batch; else None) as a real job for `seconds` (longer where it has not
-    seen CALIBRATION_MIN_UPDATES updates by then); rank 0 reports seconds per update."""
-    out = []
+    seen CALIBRATION_MIN_UPDATES updates by then); rank 0 reports seconds per update. No protocol
+    starts its jobs once `deadline_s` has passed (rank 0's clock decides for every rank); the
+    calibrations, and how many jobs were left out."""
+    out, began, unit, going, left_out = [], time.perf_counter(), None, True, 0
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
         for layout, spec, nominal in jobs:
+            if (layout, spec.variant.key, spec.groups, nominal is None) != unit and going:
+                unit = (layout, spec.variant.key, spec.groups, nominal is None)     # a protocol's batches go together
+                flag = torch.tensor([int(time.perf_counter() - began < deadline_s)])
+                dist.broadcast(flag, src=0)
+                going = bool(flag.item())
+            if not going:
+                left_out += 1
+                continue
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=seconds, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)",
                            min_iters=CALIBRATION_MIN_UPDATES)
@@ -306,16 +317,18 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
                               batches=spec.group_batches,
                               balanced=spec.variant.balanced)
             out.append(cal)
-    return out
+    return out, left_out
 
 
 def calibration_jobs(job: ProfileJob, measured: list) -> list[tuple[str, RunSpec, int | None]]:
     """Every calibration job (layout, spec, nominal batch where speed formed its groups or
-    batches), each layout's batches cut to what its steps say fits `calibrate_s`."""
-    return ([(job.layout, s, None) for s in sized_specs(job, measured)]
-            + [(job.layout, s, job.settings.calibrate_batches[0]) for s in speed_specs(job, measured)]
-            + [(layout, s, None) for layout, s in alone_sized(job, measured)]
-            + mixed_sized(job, measured))
+    batches), each layout's batches cut to what its steps say fits `calibrate_s`, in the order
+    they run: the one-device layouts (where a GPU alone is), the GPUs beside CPU workers, the
+    measured layout's protocols, then its groups formed by speed."""
+    return ([(layout, s, None) for layout, s in alone_sized(job, measured)]
+            + mixed_sized(job, measured)
+            + [(job.layout, s, None) for s in sized_specs(job, measured)]
+            + [(job.layout, s, job.settings.calibrate_batches[0]) for s in speed_specs(job, measured)])
 
 
 def main(job: ProfileJob) -> list[dict] | None:
@@ -353,10 +366,11 @@ def main(job: ProfileJob) -> list[dict] | None:
         seconds = job_seconds(job.settings, len(calibration_jobs(job, measured)))
         jobs = calibration_jobs(replace(job, settings=replace(job.settings, calibrate_s=seconds)), measured)
         calibrating = time.perf_counter()
-        calibration = calibrate(job, jobs, wl, train, test, store, seconds)
+        calibration, left_out = calibrate(job, jobs, wl, train, test, store, seconds,
+                                          job.settings.calibration_deadline_s)
         if rank == 0:
-            phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs),
-                          calibration_job_s=seconds)
+            phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs) - left_out,
+                          calibration_job_s=seconds, calibration_left_out=left_out)
             result.update(calibration=calibration, phases=phases)
         everyone = [None] * dist.get_world_size() if rank == 0 else None
         dist.gather_object(result, everyone, dst=0)
