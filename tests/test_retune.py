@@ -143,6 +143,21 @@ def test_a_run_off_pace_switches_without_the_noise_margin():
     assert not decide(now, worse_raw, stalled=True, off_pace=True).switched
 
 
+def test_a_run_off_pace_does_not_switch_on_a_tie():
+    """teacher-mlp's off-pace pauses (lr 0.01, batch 64, loss 0.254): rivals read lower by 0.0020,
+    0.0005 and 0.0002 on both losses, within NOISE_FLOOR (1%, 0.0025) of the current loss: the
+    run stays. A rival lower by 2% on both switches. Fails if off pace switches on any gap."""
+    now = retune.Setting(0.01, 0.9)
+    for gap in (0.0020, 0.0005, 0.0002):
+        rival = retune.Setting(0.03, 0.9)
+        scores = {now: readings((0.2537, 0.2538), (0.2535, 0.2532)),
+                  rival: readings((0.2537 - gap, 0.2538 - gap), (0.2535 - gap, 0.2532 - gap))}
+        assert not decide(now, scores, stalled=True, off_pace=True).switched
+    clear = {now: scores[now], rival: readings((0.248, 0.248), (0.248, 0.248))}
+    d = decide(now, clear, stalled=True, off_pace=True)
+    assert d.switched and d.setting == rival and "1%" in d.reason
+
+
 def test_where_cooling_reaches_the_target_the_run_goes_on_cooled():
     """The kept setting's cool-down reaches the target score (0.95) on both repeats: the run goes
     on at a tenth of its rate. One repeat short of it: the rate is kept."""

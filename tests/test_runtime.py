@@ -256,12 +256,15 @@ def test_the_monitor_flags_a_stall_when_the_latest_fifth_of_the_training_reads_n
 def test_a_run_is_off_pace_when_its_halves_pace_misses_the_target_within_the_limit():
     """monitor.off_pace: medians 0.2 (first half, at 2 s) and 0.4 (latest, at 6 s) rise 0.05 a
     second; 0.5 to go from 8 s reaches 0.9 at 18 s: on pace for a 20 s limit, off for 15 s; flat
-    is off pace for any limit; at the target, or with a half empty, never. Fails if the pace is
-    taken from the best reading, from the run's start, or ignores the limit."""
+    is off pace for any limit up to ten times the training so far (statmodel.EVIDENCE), and
+    neither is judged past it; at the target, or with a half empty, never. Fails if the pace is
+    taken from the best reading, from the run's start, or ignores the limit or the evidence."""
     rising = [(1.0, 0.1), (2.0, 0.2), (3.0, 0.9), (5.0, 0.4), (6.0, 0.4), (7.0, 0.5)]
     assert not monitor.off_pace(rising, 8.0, 0.9, 20.0)
     assert monitor.off_pace(rising, 8.0, 0.9, 15.0)
-    assert monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (3.0, 0.4), (5.0, 0.4), (6.0, 0.4), (7.0, 0.4)], 8.0, 0.9, 1e9)
+    flat = [(1.0, 0.4), (2.0, 0.4), (3.0, 0.4), (5.0, 0.4), (6.0, 0.4), (7.0, 0.4)]
+    assert monitor.off_pace(flat, 8.0, 0.9, 80.0)
+    assert not monitor.off_pace(flat, 8.0, 0.9, 81.0) and not monitor.off_pace(flat, 8.0, 0.9, 1e9)
     assert not monitor.off_pace([(1.0, 0.4), (2.0, 0.4), (3.0, 0.4), (5.0, 0.95), (6.0, 0.95), (7.0, 0.95)], 8.0,
                                 0.9, 10.0)
     assert not monitor.off_pace([(5.0, 0.4), (6.0, 0.4)], 8.0, 0.9, 10.0)

@@ -225,11 +225,13 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     whose loss is not finite never wins. Where the current setting diverged, from the checkpoint
     or in the run (`diverged`), it is no incumbent: the best cooled reading wins. Where the run
     is `off_pace` (runtime/monitor.py: at its pace it misses its target within its time limit),
-    staying is what fails, so no margin guards it: the challenger wins where both its readings are
-    lower at all (gru-count at lr 0.1, batch 8: a third of the rate read 0.11 lower cooled and 0.46
-    raw, but the current rate's own repeats spread 0.085 cooled and more raw, its swinging being
-    the trouble, and the run stayed and missed). Then, where the chosen setting's cool-down reached
-    the `target` score on every repeat, go on cooled."""
+    staying is what fails, so the repeats' spread does not guard it: the challenger wins where both
+    its readings are lower by more than NOISE_FLOOR of the current loss (gru-count at lr 0.1, batch
+    8: a third of the rate read 0.11 lower cooled and 0.46 raw, but the current rate's own repeats
+    spread 0.085 cooled and more raw, its swinging being the trouble, and the run stayed and
+    missed; with no floor at all, teacher-mlp switched on gaps of 0.0020, 0.0005 and 0.0002 at a
+    loss of 0.25, coin tosses). Then, where the chosen setting's cool-down reached the `target`
+    score on every repeat, go on cooled."""
     cooled = means(readings, "cooled")
     if current not in cooled or diverged:
         best = min(cooled, key=cooled.get, default=current)
@@ -238,16 +240,18 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
                              f"reading wins"), readings, target)
     rival = challenger(current, readings, stalled or off_pace)
     gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
-    if rival and off_pace and all(g > 0 for g, _ in gaps.values()):
-        d = Decision(rival, True, 0.0, "; ".join(f"{f} validation loss lower by {g:.4f} (noise {m:.4f})"
-                                                 for f, (g, m) in gaps.items()) + ": the run is off pace")
+    floor = NOISE_FLOOR * abs(cooled[current])
+    floors = {f: NOISE_FLOOR * abs(statistics.fmean(getattr(r, f) for r in readings[current])) for f in gaps}
+    if rival and off_pace and all(gaps[f][0] > floors[f] for f in gaps):
+        d = Decision(rival, True, floor, "; ".join(f"{f} validation loss lower by {g:.4f} (noise {m:.4f})"
+                                                   for f, (g, m) in gaps.items())
+                     + f": the run is off pace, and the gaps pass {NOISE_FLOOR:.0%} of the current loss")
     elif rival and all(g > m for g, m in gaps.values()):
         d = Decision(rival, True, gaps["cooled"][1],
                      "; ".join(f"{f} validation loss lower by {g:.4f}, beyond the noise {m:.4f}"
                                for f, (g, m) in gaps.items()))
     else:
-        margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]),
-                                                     NOISE_FLOOR * abs(cooled[current]))
+        margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]), floor)
         d = Decision(current, False, margin, f"no setting beat {cooled[current]:.4f} (cooled) and "
                                              "its raw loss by more than the noise")
     return cool(d, readings, target)

@@ -13,6 +13,7 @@ import torch
 
 from omnitune.core.target import Target, of
 from omnitune.core.files import append_jsonl
+from omnitune.efficiency.statmodel import EVIDENCE
 from omnitune.runtime.flat import get_params, num_params
 from omnitune.runtime.workload import Workload, evaluate
 
@@ -264,8 +265,13 @@ class Monitor:
 def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
     """Whether the run, at the pace its median score rose from the first half of its training
     (to `now`) to the latest half, reaches `target` only after `limit_s`, or never; False while
-    either half holds fewer than PACE_READINGS readings, or where the latest half's median is at
-    the target."""
+    either half holds fewer than PACE_READINGS readings, where the latest half's median is at
+    the target, and while `limit_s` lies more than statmodel.EVIDENCE times `now` ahead: so far
+    past its evidence, a pace is the early phase's, not the run's (teacher-mlp, whose pauses
+    cost 2-4 s, was judged off pace at 1.9 s of a 240 s limit, and its pauses walked the rate
+    down tenfold by the short reads' bias)."""
+    if EVIDENCE * now < limit_s:
+        return False
     first = [(t, x) for t, x in scores if t <= now / 2]
     latest = [(t, x) for t, x in scores if t > now / 2]
     if len(first) < PACE_READINGS or len(latest) < PACE_READINGS:
