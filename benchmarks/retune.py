@@ -83,8 +83,10 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
     by = {r["config"]: r for r in rows}
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
                            ("rates only", "pinned", "retuned_over_pinned")):
-        if arm in by and over in by:
-            by[arm][key] = by[arm]["median_s"] / by[over]["median_s"]
+        if arm in by and over in by:        # a median that is a miss is only a bound: no ratio
+            by[arm][key] = (by[arm]["median_s"] / by[over]["median_s"]
+                            if all(2 * sum(x["reached"] for x in by[a]["runs"]) > len(by[a]["runs"]) for a in (arm, over))
+                            else None)
     for r in rows:
         r["held_out"] = WORKLOADS[name].held_out
     return rows
