@@ -25,8 +25,8 @@ steps allow; the calibration jobs share about 8 s, and no protocol starts its jo
 CPU workers of fewer threads than the widest (the layouts between one worker per core and one
 on all of them, and `cpu-rest`) are not timed: their steps are modelled from the one-per-core
 workers' and the widest's, their throughput per thread interpolated in log threads, and marked
-`modelled` in the profile. No calibration job runs their layouts, so a setup on one is timed by
-a real job before it may win.
+`modelled` in the profile. No calibration job runs the layouts of a few such workers, so a setup
+on one is timed by a real job before it may win; `cpu-rest` is in its mixed layout's jobs.
 The profile's progress lines name what each of its parts took.
 
 `omnitune plan` scores every setup with the hardware model, in which a GPU's process takes a

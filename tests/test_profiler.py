@@ -174,9 +174,12 @@ def test_cpu_workers_between_one_thread_and_the_widest_are_modelled_not_timed(mo
 
 
 def test_a_modelled_worker_interpolates_throughput_per_thread_in_log_threads():
-    """profiler.interpolated, against the arithmetic by hand: the narrow workers' median (one of
-    three reads 3x slower), the widest's, at the batches both timed, a third of the way in log
-    threads for 2 of 1..8; the result is marked modelled and survives a save and a load."""
+    """profiler.interpolated, against the arithmetic by hand: the narrow workers' median at the
+    batches all of them timed (one of three reads 3x slower and reached batch 16 only), the
+    widest's, a third of the way in log threads for 2 of 1..8; past batch 16 the widest's steps
+    at the model's ratio there, up to the widest's 256. The result is marked modelled. With no
+    batch in common, the widest's steps scaled by threads. Fails if the model is cut to the
+    narrow workers' batches or takes a batch some of them never reached."""
     import math
 
     from omnitune.core.profile import DeviceProfile
@@ -186,16 +189,33 @@ def test_a_modelled_worker_interpolates_throughput_per_thread_in_log_threads():
         return DeviceProfile.measured(device_id, [StepTiming(b, b * per_sample_s, 1 / per_sample_s, 0.02)
                                                   for b in batches], concurrent)
     devices = {"cpu0": dp("cpu0", 1e-3, (1, 4, 16, 64), True), "cpu1": dp("cpu1", 1e-3, (1, 4, 16, 64), True),
-               "cpu2": dp("cpu2", 3e-3, (1, 4, 16, 64), True), "cpu-all": dp("cpu-all", 4e-4, (4, 16, 64, 256), False)}
+               "cpu2": dp("cpu2", 3e-3, (1, 4, 16), True), "cpu-all": dp("cpu-all", 4e-4, (4, 16, 64, 256), False)}
     out = profiler.interpolated(cluster, "cpu4x0", "cpu0", "cpu-all", devices)
-    assert out.modelled and not out.concurrent and out.max_batch == 64
-    assert [s.batch_size for s in out.steps] == [4, 16, 64]
+    assert out.modelled and not out.concurrent and out.max_batch == 256
+    assert [s.batch_size for s in out.steps] == [4, 16, 64, 256]
     share = math.log(2) / math.log(8)
     per_sample_thread = math.exp((1 - share) * math.log(1e-3) + share * math.log(8 * 4e-4))
     for s in out.steps:
         assert math.isclose(s.sec_per_step, s.batch_size * per_sample_thread / 2, rel_tol=1e-9)
         assert math.isclose(s.samples_per_s, s.batch_size / s.sec_per_step) and s.spread == 0.02
     assert devices["cpu-all"].best.samples_per_s < out.best.samples_per_s * 4 < devices["cpu0"].best.samples_per_s * 8
+    apart = {**devices, "cpu-all": dp("cpu-all", 4e-4, (128, 256), False)}
+    alone = profiler.interpolated(cluster, "cpu4x0", "cpu0", "cpu-all", apart)
+    assert [(s.batch_size, s.sec_per_step) for s in alone.steps] == [(128, 128 * 4e-4 * 4), (256, 256 * 4e-4 * 4)]
+
+
+def test_a_profile_models_the_workers_between_and_says_so(tmp_path):
+    """A real quick profile of a 4-core layout on this machine: cpu2x0 and cpu2x1 (2 threads)
+    come out modelled, between the per-core workers and cpu-all, which are timed; the progress
+    line names them. Fails if the in-between workers are timed, or the profile drops them."""
+    said = []
+    prof = profiler.profile(local_cluster(cpu_count=4, cuda_count=0), "lenet-digits", None, Settings.make(True),
+                            tmp_path / "logs", progress=said.append)
+    modelled = {d.device_id for d in prof.devices if d.modelled}
+    assert modelled == {"cpu2x0", "cpu2x1"}
+    assert {d.device_id for d in prof.devices} == {d.id for d in prof.cluster.devices}
+    assert any("2 workers of 2 threads not timed" in line for line in said)
+    assert not any(line.startswith("device cpu2x") for line in said)
 
 
 def test_a_profile_keeps_which_devices_were_modelled(tmp_path):

@@ -40,3 +40,18 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
     assert [r["time_s"] for r in tuned["runs"]] == [13.0, 13.0] and [r["time_s"] for r in pinned["runs"]] == [10.0, 50.0]
     # pinned missed one of its two: its median (30 s) is half a miss, a bound, so no ratio is taken
     assert tuned["retuned_over_pinned"] is None and tuned["batches_over_rates_only"] == 1.0
+
+
+def test_a_ratio_needs_a_median_that_reached_the_target():
+    """retune.median_reached: the middle run (both middle ones of an even count), by time, must
+    have reached; a miss counts as the limit (240 s) and a re-tuned hit may take longer, pauses
+    counted. Fails if a majority of hits is taken for a median hit."""
+    from benchmarks.retune import median_reached
+
+    def run(t, reached):
+        return {"time_s": t, "reached": reached}
+    assert median_reached([run(100, True), run(262, True), run(204, True)])
+    assert not median_reached([run(100, True), run(240, False), run(262, True)])      # two hits, a missed median
+    assert median_reached([run(240, False), run(100, True), run(120, True)])
+    assert not median_reached([run(10, True), run(50, False)])
+

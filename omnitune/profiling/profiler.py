@@ -8,7 +8,9 @@ time gloo all-reduce and point-to-point round trips, and real jobs of the runtim
 every protocol on that layout, each one-device layout, and each layout of GPUs beside CPU
 workers, with batches balanced from the steps measured before. CPU workers of a width between
 the concurrent layout's and the widest are not timed: their steps are modelled from those two
-(`in_between`), and the planner times such a setup by a real job before it may win.
+(`in_between`). The layouts of a few such workers get no calibration job, and the planner times
+such a setup by a real job before it may win; a GPU machine's `cpu-rest` is in the mixed
+layout's jobs, balanced from the widest's steps scaled by threads.
 """
 
 from __future__ import annotations
@@ -87,12 +89,14 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         network, calibration = read_gathered(gathered, devices, everyone)
         progress(took(gathered[0]["phases"], len(concurrent) + 1))      # a rank per device, and the server rank
         for d, (narrow, wide) in modelled.items():
-            devices[d] = interpolated(cluster, d, narrow, wide, devices)
+            if wide in devices:     # timed where the server's node is the first: else measure d alone, below
+                devices[d] = interpolated(cluster, d, narrow, wide, devices)
         for narrow, wide in dict.fromkeys(modelled.values()):
-            ids = [d for d, pair in modelled.items() if pair == (narrow, wide)]
+            ids = [d for d, pair in modelled.items() if pair == (narrow, wide) and d in devices]
             threads = sorted({cluster.device(d).threads for d in ids})
-            progress(f"{len(ids)} workers of {', '.join(map(str, threads))} threads not timed: modelled between "
-                     f"{narrow}'s layout and {wide}")
+            if ids:
+                progress(f"{len(ids)} workers of {', '.join(map(str, threads))} threads not timed: modelled between "
+                         f"{narrow}'s layout and {wide}")
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))
@@ -133,8 +137,9 @@ def in_between(cluster: Cluster, biggest: str) -> dict[str, tuple[str, str]]:
     modelled between: a worker outside the concurrent layout whose threads lie strictly between
     those of that layout's CPU workers on its host (one per core, timed side by side) and those
     of the widest CPU worker there (timed alone), as the layouts of a few workers between one
-    per core and one on all are. No calibration job runs their layouts, so the planner times such
-    a setup by a real job before it may win, and their steps only rank it. Timed, the five of an
+    per core and one on all are. No calibration job runs the layouts of a few such workers, so the
+    planner times such a setup by a real job before it may win, and their steps only rank it
+    (`cpu-rest` beside a GPU is in that mixed layout's jobs). Timed, the five of an
     H200 machine's 16 cores (2, 4, 8, 15 threads, and all 16) took 8.9 s of a 43 s profile."""
     concurrent_ids = cluster.layouts[biggest]
     out = {}
@@ -160,32 +165,33 @@ def scaled(steps, factor: float) -> tuple[StepTiming, ...]:
 def interpolated(cluster: Cluster, device_id: str, narrow: str, wide: str,
                  devices: dict[str, DeviceProfile]) -> DeviceProfile:
     """A CPU worker's steps modelled from the narrow workers' (the median over those of the
-    narrow one's threads on its host, timed side by side) and the widest's (timed alone): at each
-    batch both timed, the throughput per thread is interpolated geometrically in log threads.
-    Per thread, the narrow workers are slowed by their neighbours and the widest by its threads'
+    narrow one's threads on its host, timed side by side, at the batches every one of them
+    timed) and the widest's (timed alone): at each batch both timed, the throughput per thread is
+    interpolated geometrically in log threads; past the largest such batch, the widest's steps
+    times the model's ratio to them there, up to the widest's largest batch (a worker of fewer
+    threads is not cut to the batches a one-thread worker reached in its time cap). Per thread,
+    the narrow workers are slowed by their neighbours and the widest by its threads'
     synchronisation, so the model lies between the two. Against the in-between workers timed
     alone on two H200 profiles (batches 1-128), it read 1.1-2.1 times slower for 2-8 threads and
     0.7-1.0 times for 15: a worker timed alone has the host to itself, which it does not have
     in its layout, and no job of such a layout has timed the truth."""
     d, n, w = cluster.device(device_id), cluster.device(narrow), cluster.device(wide)
-    siblings = [devices[c.id] for c in cluster.devices
+    siblings = [devices[c.id].steps for c in cluster.devices
                 if c.id in devices and devices[c.id].concurrent and c.kind == "cpu" and c.host == n.host
-                and c.threads == n.threads]
-    by_batch: dict[int, list[StepTiming]] = {}
-    for dp in siblings:
-        for s in dp.steps:
-            by_batch.setdefault(s.batch_size, []).append(s)
+                and c.threads == n.threads and c.emulated_slowdown == n.emulated_slowdown]
+    common = set.intersection(*({s.batch_size for s in steps} for steps in siblings)) if siblings else set()
     widest = {s.batch_size: s for s in devices[wide].steps}
     share = math.log(d.threads / n.threads) / math.log(w.threads / n.threads)
     steps = []
-    for b in sorted(set(by_batch) & set(widest)):
-        narrow_s = statistics.median(s.sec_per_step for s in by_batch[b]) * n.threads    # seconds per sample-thread
+    for b in sorted(common & set(widest)):
+        timed = [s for sib in siblings for s in sib if s.batch_size == b]
+        narrow_s = statistics.median(s.sec_per_step for s in timed) * n.threads    # seconds per sample-thread
         wide_s = widest[b].sec_per_step * w.threads
         sec = math.exp((1 - share) * math.log(narrow_s) + share * math.log(wide_s)) / d.threads
-        spread = statistics.median(s.spread for s in by_batch[b])
-        steps.append(StepTiming(b, sec, b / sec, spread))
-    if not steps:           # no batch timed by both: the widest's, scaled by threads
-        steps = list(scaled(devices[wide].steps, w.threads / d.threads))
+        steps.append(StepTiming(b, sec, b / sec, statistics.median(s.spread for s in timed)))
+    last = steps[-1] if steps else None
+    ratio = last.sec_per_step / widest[last.batch_size].sec_per_step if last else w.threads / d.threads
+    steps += scaled([s for b, s in sorted(widest.items()) if last is None or b > last.batch_size], ratio)
     return replace(DeviceProfile.measured(device_id, steps, False), modelled=True)
 
 

@@ -6,12 +6,13 @@ the spec's server node), and rank 0 gathers every rank's results. Phase 1: each 
 do the same (a barrier per batch size keeps them concurrent). Phase 2: gloo all-reduce among
 device ranks for every group size 2..n, point-to-point round trips between the server rank and
 a device rank (on another node, when there is one: the link a leader's exchange crosses), and
-one server update. Phase 3 (calibration): short real jobs of the runtime itself, for
-each protocol and number of groups, at a few batch sizes; on devices of unequal speed also the
-server protocols' groups formed by speed (balanced or not), from phase 1's step times, which
-every rank gathers, so their staleness is measured too; then the cluster's one-device layouts
-(one worker on every core, a GPU alone), whose job rank 0 runs while the others wait; last, the
-layouts of GPUs beside CPU workers, as sync jobs with balanced batches on ranks 0, 1, ….
+one server update. Phase 3 (calibration): short real jobs of the runtime itself, in this order:
+the cluster's one-device layouts (one worker on every core, a GPU alone), whose job rank 0 runs
+while the others wait; the layouts of GPUs beside CPU workers, as sync jobs with balanced
+batches on ranks 0, 1, …; each protocol and number of groups of the measured layout, at a few
+batch sizes; on devices of unequal speed, last, the server protocols' groups formed by speed
+(balanced or not), from phase 1's step times, which every rank gathers, so their staleness is
+measured too. No protocol starts its jobs past Settings.calibration_deadline_s.
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ class ProfileJob:
     datasets: str | None = None         # the datasets, written by `workload.share` (None: build them)
     scratch: str = ""                   # a folder of this node's for the calibration jobs' run dirs
     # The cluster's other layouts of one device (one worker on every core), each with its sync job
-    # at the calibration batches: timed last, in the server rank's process (profiler.alone_specs).
+    # at the calibration batches: timed first, in the server rank's process (profiler.alone_specs).
     alone_specs: tuple[tuple[str, RunSpec], ...] = ()
     # The layouts of GPUs beside CPU workers, each with its sync job (balanced) at the calibration
-    # batches, run last by ranks 0, 1, … (profiler.mixed_specs); and the steps of the devices
-    # measured alone before this launch, which with the measured layout's balance those jobs.
+    # batches, run next by ranks 0, 1, … (profiler.mixed_specs); and the steps of the devices
+    # measured alone before this launch (or modelled from them), which with the measured
+    # layout's balance those jobs.
     mixed_specs: tuple[tuple[str, RunSpec], ...] = ()
     alone_steps: dict = field(default_factory=dict)
     launched_at: float = 0.0            # time.time() when the processes were launched (phases' ready_s)
