@@ -172,9 +172,10 @@ def interpolated(cluster: Cluster, device_id: str, narrow: str, wide: str,
     threads is not cut to the batches a one-thread worker reached in its time cap). Per thread,
     the narrow workers are slowed by their neighbours and the widest by its threads'
     synchronisation, so the model lies between the two. Against the in-between workers timed
-    alone on two H200 profiles (batches 1-128), it read 1.1-2.1 times slower for 2-8 threads and
-    0.7-1.0 times for 15: a worker timed alone has the host to itself, which it does not have
-    in its layout, and no job of such a layout has timed the truth."""
+    alone on two H200 profiles, it read 0.9-2.1 times their step for 2-8 threads at batches
+    1-128 (1.0-2.2 at 256-512, past the batches both timed) and 0.7-1.0 times for 15: a worker
+    timed alone has the host to itself, which it does not have in its layout, and no job of
+    such a layout has timed the truth."""
     d, n, w = cluster.device(device_id), cluster.device(narrow), cluster.device(wide)
     siblings = [devices[c.id].steps for c in cluster.devices
                 if c.id in devices and devices[c.id].concurrent and c.kind == "cpu" and c.host == n.host
