@@ -240,10 +240,10 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
                              f"reading wins"), readings, target)
     rival = challenger(current, readings, stalled or off_pace)
     gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
-    floor = NOISE_FLOOR * abs(cooled[current])
-    floors = {f: NOISE_FLOOR * abs(statistics.fmean(getattr(r, f) for r in readings[current])) for f in gaps}
+    floors = {f: NOISE_FLOOR * abs(statistics.fmean(getattr(r, f) for r in readings[current]))
+              for f in ("raw", "cooled")}
     if rival and off_pace and all(gaps[f][0] > floors[f] for f in gaps):
-        d = Decision(rival, True, floor, "; ".join(f"{f} validation loss lower by {g:.4f} (noise {m:.4f})"
+        d = Decision(rival, True, floors["cooled"], "; ".join(f"{f} validation loss lower by {g:.4f} (noise {m:.4f})"
                                                    for f, (g, m) in gaps.items())
                      + f": the run is off pace, and the gaps pass {NOISE_FLOOR:.0%} of the current loss")
     elif rival and all(g > m for g, m in gaps.values()):
@@ -251,7 +251,7 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
                      "; ".join(f"{f} validation loss lower by {g:.4f}, beyond the noise {m:.4f}"
                                for f, (g, m) in gaps.items()))
     else:
-        margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]), floor)
+        margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]), floors["cooled"])
         d = Decision(current, False, margin, f"no setting beat {cooled[current]:.4f} (cooled) and "
                                              "its raw loss by more than the noise")
     return cool(d, readings, target)

@@ -76,9 +76,9 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
                          None if cached else workload_mod.share(datasets, shared), str(log_dir),
                          () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
                          () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
-                         {**{d: dp.steps for d, dp in devices.items()},
-                          **{d: scaled(devices[wide].steps, cluster.device(wide).threads / cluster.device(d).threads)
-                             for d, (_, wide) in modelled.items() if wide in devices}}, time.time())
+                         {**{d: dp.steps for d, dp in devices.items()},      # modelled: the widest's, by threads
+                          **{d: interpolated(cluster, d, narrow, wide, devices).steps
+                             for d, (narrow, wide) in modelled.items() if wide in devices}}, time.time())
         try:
             results = launch(job, here, everyone, cluster, workload_spec, log_dir, progress)
         finally:
@@ -142,16 +142,13 @@ def in_between(cluster: Cluster, biggest: str) -> dict[str, tuple[str, str]]:
     (`cpu-rest` beside a GPU is in that mixed layout's jobs). Timed, the five of an
     H200 machine's 16 cores (2, 4, 8, 15 threads, and all 16) took 8.9 s of a 43 s profile."""
     concurrent_ids = cluster.layouts[biggest]
+    plain = [c for c in cluster.devices if c.kind == "cpu" and c.emulated_slowdown == 1.0]
     out = {}
-    for d in cluster.devices:
-        if d.kind != "cpu" or d.id in concurrent_ids or d.emulated_slowdown != 1.0:
-            continue
-        narrow = [c for c in concurrent_ids if cluster.device(c).kind == "cpu" and cluster.device(c).host == d.host
-                  and cluster.device(c).emulated_slowdown == 1.0]
-        wide = [w for w in cluster.devices if w.kind == "cpu" and w.host == d.host and w.id not in concurrent_ids
-                and w.emulated_slowdown == 1.0]
-        if narrow and wide:
-            n, w = cluster.device(narrow[0]), max(wide, key=lambda x: x.threads)
+    for d in plain:
+        narrow = [c for c in plain if c.id in concurrent_ids and c.host == d.host]
+        wide = [w for w in plain if w.id not in concurrent_ids and w.host == d.host]
+        if d.id not in concurrent_ids and narrow:
+            n, w = narrow[0], max(wide, key=lambda x: x.threads)
             if n.threads < d.threads < w.threads:
                 out[d.id] = (n.id, w.id)
     return out
