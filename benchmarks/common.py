@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -81,6 +82,44 @@ def _commit() -> str:
         return "unknown"
     clean = _run("git", "diff", "--quiet", "HEAD")
     return head.stdout.strip() + ("" if clean and clean.returncode == 0 else " with uncommitted changes")
+
+
+class Journal:
+    """A long benchmark's finished measurements, one JSON line each in `path`, so that a run cut off
+    (a session's end, a crash) goes on where it stopped when started again on the same folder: a
+    measurement already in the journal is read back, not run again. Each line records the commit
+    it was measured on; `commits` lists them, for the results to say when a row spans several.
+    With no path the journal keeps nothing between runs."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path
+        self.done: dict[str, dict] = {}
+        self.commit = _commit()
+        self.commits: set[str] = set()
+        if path is not None and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:      # a line cut off as the run was killed
+                    continue
+                self.done[entry["key"]] = entry
+
+    def get(self, key: str) -> dict | None:
+        """The value measured under `key`, if a run before this one finished it."""
+        entry = self.done.get(key)
+        if entry is None:
+            return None
+        self.commits.add(entry["commit"])
+        return entry["value"]
+
+    def put(self, key: str, value: dict) -> dict:
+        entry = {"key": key, "commit": self.commit, "value": value}
+        self.done[key] = entry
+        self.commits.add(self.commit)
+        if self.path is not None:
+            with self.path.open("a") as f:        # one whole line a write: a cut leaves the rest readable
+                f.write(json.dumps(entry) + "\n")
+        return value
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -1,6 +1,7 @@
 """Do omnitune's plans win? The plan against an oracle grid and a user's default, in real runs.
 
     python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]] [--seeds N] [--small-budget-s S]
+                                      [--work-dir DIR]
 
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
@@ -20,12 +21,19 @@ planning's wall time less the training it handed on. The run's pauses to re-tune
 restarts) are counted in its time too, and reported apart as `retune_frac` (over its training). The plans' band on iterations comes from a 30 s longer probe of
 the first seed's configuration (`plan --predict-s 30`), timed apart from planning. Writes
 benchmarks/results/plan_quality.json (plan_quality-quick.json with --quick).
+
+A row of a minutes-long workload takes hours (charlm-stdlib's, 5 seeds: about three). With
+`--work-dir DIR` every finished measurement (the profile, each seed's plan, each screening run and
+each run) goes to DIR/NAME.journal.jsonl as it ends, and the same command started again reads them
+back and goes on from there: a row may span sessions. Each line records its commit; the row lists
+them (`commits`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -33,7 +41,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import RESULTS, band_holds, print_rows, write_results
+from benchmarks.common import RESULTS, Journal, band_holds, print_rows, write_results
 from omnitune import api, planning
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
@@ -143,21 +151,31 @@ def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> 
     return interleaved({tag: spec}, work, cap_s, seeds)[tag]
 
 
-def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seeds=SEEDS, on_run=None) -> dict[str, dict]:
+def interleaved(specs: dict[str, RunSpec | dict], work: Path, cap_s: float, seeds=SEEDS, on_run=None,
+                journal: Journal | None = None) -> dict[str, dict]:
     """Each spec run once per seed, seed by seed across the specs (so a drift in the machine's
     speed over the session falls on every spec alike, not on whichever ran last): per spec the
     median time to target (a miss counts as `cap_s`), min-max, runs and median iterations. A spec
     may instead be a dict from seed to (run spec, checkpoint it starts from), or to a plan file,
     which runs as `omnitune run` runs it (measure_plan): the plan of each seed.
-    `on_run(tag, seed, run)`, if given, is called after each run."""
+    `on_run(tag, seed, run)`, if given, is called after each run. A run the `journal` holds is read
+    back, not run again."""
+    journal = journal or Journal()
     runs: dict[str, list[dict]] = {tag: [] for tag in specs}
     for seed in seeds:
         for tag, spec in specs.items():
+            key = f"{tag}-s{seed}"
+            if (kept := journal.get(key)) is not None:
+                runs[tag].append(kept)
+                print(f"{key}: from the journal", flush=True)
+                continue
+            shutil.rmtree(work / key, ignore_errors=True)     # what a run cut off left
             if isinstance(spec, dict) and isinstance(spec[seed], Path):
-                runs[tag].append(measure_plan(spec[seed], work, f"{tag}-s{seed}", cap_s))
+                runs[tag].append(measure_plan(spec[seed], work, key, cap_s))
             else:
                 one, start = spec[seed] if isinstance(spec, dict) else (replace(spec, seed=seed), None)
-                runs[tag].append(measure(one, work, f"{tag}-s{seed}", cap_s, start))
+                runs[tag].append(measure(one, work, key, cap_s, start))
+            journal.put(key, runs[tag][-1])
             if on_run:
                 on_run(tag, seed, runs[tag][-1])
     out = {}
@@ -174,23 +192,30 @@ def describe(c: Config) -> dict:
 
 
 def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None, seeds=SEEDS,
-          small_s: float | None = None) -> dict:
+          small_s: float | None = None, journal: Journal | None = None) -> dict:
     """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
     again, keep the screening, and measure the plan beside the previous finalists in this session;
     the default and finalists are kept too where they missed the cap in every run (their time is the cap).
     With `small_s`, a second plan per seed, its search held to `small_s` seconds (`plan --budget-s`),
-    runs beside the others: what a pre-run plan of that size costs in the run."""
-    start = time.perf_counter()
-    prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(quick), work / "logs")
-    profile_s = time.perf_counter() - start
+    runs beside the others: what a pre-run plan of that size costs in the run.
+    With a `journal` on a folder kept between runs (--work-dir), what a run cut off had finished
+    (the profile, each seed's plan, each screening and each run) is read back, not measured again."""
+    journal = journal or Journal()
     prof_path = work / f"{name}.profile.json"
-    profile_mod.save(prof, prof_path)
+    if (kept := journal.get("profile")) is not None:
+        prof, profile_s = profile_mod.load(prof_path), kept["profile_s"]
+    else:
+        start = time.perf_counter()
+        prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(quick), work / "logs")
+        profile_s = time.perf_counter() - start
+        profile_mod.save(prof, prof_path)
+        journal.put("profile", {"profile_s": profile_s})
     seeds = seeds[:1] if quick else seeds
-    plans = {seed: planned_with(prof, prof_path, name, b, seed, work) for seed in seeds}
-    small = {} if small_s is None else {seed: planned_with(prof, prof_path, name, b, seed, work, small_s)
-                                        for seed in seeds}
-    first = plans[seeds[0]]
-    plan, found, prober = first["plan"], first["found"], first["prober"]
+    plans = {seed: journaled_plan(journal, f"plan-s{seed}", prof, prof_path, name, b, seed, work,
+                                  longer=seed == seeds[0]) for seed in seeds}
+    small = {} if small_s is None else {seed: journaled_plan(journal, f"small-s{seed}", prof, prof_path, name, b,
+                                                             seed, work, small_s) for seed in seeds}
+    plan, longer = plans[seeds[0]]["plan"], plans[seeds[0]]["longer"]
     planning_s = statistics.median(p["spent_s"] for p in plans.values())
 
     configs = grid(prof, b, quick)
@@ -200,10 +225,16 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         screened, best = [], b.cap_s
         for i, c in enumerate(configs):
             limit = min(b.cap_s, SCREEN_STOP * best)
-            r = measure(fixed_spec(prof, b.spec(name), b.goal, c), work, f"{name}-grid{i}", limit)
-            best = min(best, r["time_s"]) if r["reached"] else best
-            screened.append({**describe(c), "config": c, **r, "at_least": not r["reached"]})
-            print(f"{name} screen {i}: {describe(c)} {r['time_s']:.1f}s{'+' if not r['reached'] else ''}", flush=True)
+            if (row := journal.get(f"screen{i}")) is None:
+                shutil.rmtree(work / f"{name}-grid{i}", ignore_errors=True)
+                r = measure(fixed_spec(prof, b.spec(name), b.goal, c), work, f"{name}-grid{i}", limit)
+                row = journal.put(f"screen{i}", {**describe(c), **r, "at_least": not r["reached"]})
+            elif describe(c).items() > row.items():
+                raise SystemExit(f"{journal.path}: screen{i} was {row}, the grid's point {i} is now {describe(c)}: "
+                                 "start on a new --work-dir")
+            best = min(best, row["time_s"]) if row["reached"] else best
+            screened.append({**row, "config": c})
+            print(f"{name} screen {i}: {describe(c)} {row['time_s']:.1f}s{'+' if not row['reached'] else ''}", flush=True)
     ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
     # With --replan, a finalist or default that missed its cap in every run of the last session
     # is kept as it was (its time is the cap), not run again.
@@ -216,28 +247,22 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
              **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"]) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
-                                                                  f"{'' if r['reached'] else ' (missed)'}", flush=True))
+                                                                  f"{'' if r['reached'] else ' (missed)'}", flush=True),
+                       journal=journal)
     result = {tag: kept.get(tag) or done[f"{name}-{tag}"] for tag in specs}
     planned, default = result["plan"], result["default"]
     finalists = [{**describe(s["config"]), **result[f"best{k}"]} for k, s in enumerate(ranked)]
     oracle = min(finalists, key=lambda f: f["median_s"])
-    # The band on iterations of the first seed's plan, from a longer probe of its configuration
-    # (plan --predict-s, going on from its probe), timed apart from planning.
-    start = time.perf_counter()
-    longer = planning.build_plan(planning.predict(found, prober, PREDICT_S), prof, str(prof_path), b.spec(name), None,
-                                  b.goal, 0, datetime.now(timezone.utc).isoformat())
-    predict_s = time.perf_counter() - start
-    band = longer.candidates[0].iters_band
+    band = longer["iters_band"]
     return {
         "name": name, "target_accuracy": None if b.on_loss else b.target, "target": str(b.goal), "cap_s": b.cap_s, "long": b.long,
         "held_out": b.held_out,
         "screening_kept": previous is not None,
+        "commits": sorted(journal.commits),     # more than one: a run cut off went on (--work-dir) on newer code
         "plan": {**describe_plan(plan),
                  "predicted_time_to_target_s": plan.prediction.time_to_target_s,
                  "predicted_iters": plan.prediction.iters_to_target,
-                 "longer_probe": {"seconds": predict_s, "predicted_iters": longer.prediction.iters_to_target,
-                                  "predicted_time_to_target_s": longer.prediction.time_to_target_s,
-                                  "note": longer.candidates[0].note},
+                 "longer_probe": {k: v for k, v in longer.items() if k != "iters_band"},
                  "iters_band": list(band), "planning": plan.planning.__dict__,
                  "per_seed": [{"seed": seed, **describe_plan(p["plan"]), "wall_s": p["wall_s"], "spent_s": p["spent_s"],
                                "handed_on_s": p["plan"].planning.handed_on_s,
@@ -280,6 +305,28 @@ def small_row(small: dict, measured: dict, planned: dict, full_planning_s: float
             # the user's whole wait (planning's own cost and the run) of the smaller plan over the full plan's
             "small_total_over_plan_total": (planning_s + measured["median_s"])
                                            / (full_planning_s + planned["median_s"])}
+
+
+def journaled_plan(journal: Journal, key: str, prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path,
+                   budget_s: float | None = None, longer: bool = False) -> dict:
+    """planned_with, or the plan a run before this one made and journaled (read back from its file).
+    With `longer`, also the band on iterations from a longer probe of the plan's configuration
+    (plan --predict-s, going on from its probe), timed apart from planning: it needs the search's
+    prober, so it is journaled with the plan."""
+    if (kept := journal.get(key)) is not None:
+        return {**kept, "plan": plan_mod.load(kept["path"]), "path": Path(kept["path"])}
+    p = planned_with(prof, prof_path, name, b, seed, work, budget_s)
+    record = {k: p[k] for k in ("wall_s", "spent_s", "log")} | {"path": str(p["path"])}
+    if longer:
+        start = time.perf_counter()
+        found = planning.build_plan(planning.predict(p["found"], p["prober"], PREDICT_S), prof, str(prof_path),
+                                    b.spec(name), None, b.goal, 0, datetime.now(timezone.utc).isoformat())
+        record["longer"] = {"seconds": time.perf_counter() - start,
+                            "predicted_iters": found.prediction.iters_to_target,
+                            "predicted_time_to_target_s": found.prediction.time_to_target_s,
+                            "note": found.candidates[0].note, "iters_band": list(found.candidates[0].iters_band)}
+    journal.put(key, record)
+    return {**p, **record, "path": p["path"]}
 
 
 def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Path,
@@ -366,6 +413,9 @@ def main() -> None:
                         "its screening (and its default and finalists where they missed the cap in every run)")
     parser.add_argument("--small-budget-s", type=float, help="also run, beside the plan, a plan per seed whose "
                         "search is held to this many seconds (plan --budget-s), re-tuned during its run alike")
+    parser.add_argument("--work-dir", type=Path, help="keep the runs, the plans and a journal of what finished "
+                        "in this folder (not removed), so that the same command started again goes on where a "
+                        "run cut off stopped; without it, a temporary folder")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help=f"repeats of the plan, the grid's best "
                         f"{BEST_OF_GRID} and the default, with seeds 1 to this (default {len(SEEDS)})")
     args = parser.parse_args()
@@ -377,14 +427,18 @@ def main() -> None:
     if args.only:
         chosen = {args.only: WORKLOADS[args.only]}
     rows = kept_rows(args.quick) if args.only else []
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        work = args.work_dir or Path(tmp)
         for name, b in chosen.items():
             previous = next((r for r in rows if r["name"] == name), None) if args.replan else None
             if args.replan and previous is None:
                 parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
-            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, Path(tmp), previous,
+            journal = Journal(args.work_dir / f"{name}.journal.jsonl" if args.work_dir else None)
+            rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, work, previous,
                                                                    tuple(range(1, args.seeds + 1)),
-                                                                   args.small_budget_s)]
+                                                                   args.small_budget_s, journal)]
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",

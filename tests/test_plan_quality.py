@@ -81,3 +81,46 @@ def test_the_held_out_workload_is_a_file_of_the_benchmarks_that_loads_and_trains
     assert y.tolist() == (x == 0).sum(dim=1).clamp(max=31).tolist()
     loss = wl.loss_fn(wl.build_model()(x), y)
     assert torch.isfinite(loss)
+
+
+def test_a_run_cut_off_goes_on_where_it_stopped_from_its_journal(tmp_path, monkeypatch):
+    """--work-dir: each finished run goes to the journal as it ends; started again on the same
+    folder, the benchmark reads those back and runs only the rest, seed by seed as before. Fails if
+    a journaled run is measured again, or a run that was cut off is not."""
+    from benchmarks.common import Journal
+
+    measured = []
+
+    def measure(spec, work, tag, limit_s, start=None):
+        if len(measured) == 3 and not cut["done"]:
+            cut["done"] = True
+            (work / tag).mkdir()           # what a run killed half-way leaves
+            raise KeyboardInterrupt
+        measured.append(tag)
+        return {"time_s": float(len(measured)), "reached": True, "iterations": 10 * len(measured)}
+
+    cut = {"done": False}
+    monkeypatch.setattr(plan_quality, "measure", measure)
+    specs = {"w-a": object(), "w-b": object()}
+    monkeypatch.setattr(plan_quality, "replace", lambda spec, seed: spec)
+    path = tmp_path / "w.journal.jsonl"
+    try:
+        plan_quality.interleaved(specs, tmp_path, 30.0, seeds=(1, 2), journal=Journal(path))
+    except KeyboardInterrupt:
+        pass
+    with path.open("a") as f:
+        f.write('{"key": "w-b-s2", "comm')          # a line cut off as the process died
+    assert measured == ["w-a-s1", "w-b-s1", "w-a-s2"]
+    journal = Journal(path)
+    out = plan_quality.interleaved(specs, tmp_path, 30.0, seeds=(1, 2), journal=journal)
+    assert measured == ["w-a-s1", "w-b-s1", "w-a-s2", "w-b-s2"]
+    assert [r["time_s"] for r in out["w-a"]["runs"]] == [1.0, 3.0] and out["w-b"]["median_s"] == 3.0
+    assert not (tmp_path / "w-b-s2").exists()          # the cut run's leftovers, removed before it ran again
+    assert len(journal.commits) == 1
+
+
+def test_a_journal_with_no_folder_keeps_nothing_between_runs():
+    from benchmarks.common import Journal
+
+    j = Journal()
+    assert j.put("k", {"x": 1}) == {"x": 1} and j.get("k") == {"x": 1} and Journal().get("k") is None
