@@ -80,7 +80,7 @@ def gpu_section(d: dict) -> list[str]:
         lo, hi = r["spread_s"]
         lines.append(f"| {r['config']} | `{r['layout']}` | {r['batches']} | {ms(r['measured_sec_per_iter'])} | "
                      f"{r['iterations']:.0f} | {r['time_to_target_s']:.1f} | {lo:.1f}–{hi:.1f} |")
-    same = [r["config"] for r in d["rows"][1:] if same_setup(r, d["rows"][0])]
+    same = [r["config"] for r in d["rows"][1:] if same_setup(r, d["rows"][0]) and r["config"] != "plan-from-scratch"]
     lines += ["", f"The plan took {summary['plan_over_best_alternative']:.2f}× the best alternative "
               f"({summary['best_alternative']}); its predicted seconds per iteration were "
               f"{summary.get('predicted_over_measured_sec_per_iter', float('nan')):.2f}× the measured. "
@@ -92,6 +92,10 @@ def gpu_section(d: dict) -> list[str]:
     elif same:
         lines.append(f"The plan is the same setup as {', '.join(same)}: the difference between those rows is "
                      "the spread of runs of one configuration.")
+    if summary.get("handed_on_over_from_scratch") is not None:
+        lines.append(f"From its probe's checkpoint the plan took {summary['handed_on_over_from_scratch']:.2f}× the "
+                     f"time of its own setup from scratch (plan-from-scratch), in "
+                     f"{summary['handed_on_over_from_scratch_iterations']:.2f}× the iterations.")
     if summary.get("planning_own_s") is not None:
         lines.append(f"Planning's own cost, less the training it handed on to the run: "
                      f"{secs(summary['planning_own_s'])} s.")

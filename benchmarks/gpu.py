@@ -19,8 +19,10 @@ alone, and the GPUs beside CPU workers on the cores they leave free) it records:
    largest layout with a GPU). Every configuration runs with seeds 0, 1, 2 (one with --quick),
    seed by seed across the configurations; the alternatives from scratch, the plan, as after
    `omnitune plan`, from its chosen probe's checkpoint, whose training its clock counts (planning's
-   own cost is its wall time less that training). Rows give the median time to target and
-   min-max, a run that misses its target counting as the time limit;
+   own cost is its wall time less that training). Where the plan starts from such a checkpoint, a
+   row plan-from-scratch runs its setup from scratch too, beside it: what the handed-on start
+   costs or gains (`handed_on_over_from_scratch`; not an alternative). Rows give the median time
+   to target and min-max, a run that misses its target counting as the time limit;
 3. whether `pytest -m gpu` passes (`python -m pytest -q -m gpu tests` from the repository root).
 After every run the figures so far go to benchmarks/results/gpu-partial.json, and the profile and
 the plan to gpu-profile.json and gpu-plan.json, so a session cut short still leaves them.
@@ -65,6 +67,7 @@ QUICK = ("cnn1d-mnist1d", 0.85, 30.0)
 MOMENTUM = 0.9
 # The alternatives' protocols: sync, and on every device sync with balanced batches.
 VARIANTS = {"gpu-alone": Sync(), "cpus-alone": Sync(balanced=False), "all-devices": Sync(balanced=True)}
+FROM_SCRATCH = "plan-from-scratch"     # the plan's setup, not from its probe's checkpoint: not an alternative
 PYTEST_TIMEOUT_S = 1800
 COLUMNS = ["config", "layout", "protocol", "devices", "batches", "lr", "momentum", "time_to_target_s", "spread_s",
            "reached_target", "measured_sec_per_iter", "iterations", "final_accuracy"]
@@ -188,6 +191,8 @@ def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s
     batch, lr = chosen["nominal_batch"], chosen["effective_lr"]
     handed = start_path(plan, plan_path)      # every seed of the plan's run goes on from it
     configs = {"plan": (plan.layout, {seed: (replace(plan.spec, seed=seed), handed) for seed in seeds})}
+    if handed is not None:      # what the handed-on start costs or gains: the same setup from scratch
+        configs[FROM_SCRATCH] = (plan.layout, plan.spec)
     for name, c in alternative_configs(prof, batch, lr).items():
         configs[name] = (c.layout, fixed_spec(prof, wl_name, target, c))
     partial = {"workload": wl_name, "target_accuracy": target, "time_limit_s": limit_s, "seeds": list(seeds),
@@ -212,10 +217,15 @@ def bench(quick: bool, work: Path, seeds: tuple[int, ...] | None = None, limit_s
         print_rows(f"{wl_name} to {target}", rows[-1:], COLUMNS)
 
     plan_s = rows[0]["time_to_target_s"]
-    alt = {r["config"]: r["time_to_target_s"] for r in rows[1:]}
+    alt = {r["config"]: r["time_to_target_s"] for r in rows[1:] if r["config"] != FROM_SCRATCH}
     best = min(alt, key=alt.get)
+    scratch = next((r for r in rows if r["config"] == FROM_SCRATCH), None)
     summary = {"plan_s": plan_s, **{f"{name}_s": t for name, t in alt.items()}, "best_alternative": best,
                "plan_over_best_alternative": plan_s / alt[best],
+               **({} if scratch is None else {
+                   "plan_from_scratch_s": scratch["time_to_target_s"],
+                   "handed_on_over_from_scratch": plan_s / scratch["time_to_target_s"],
+                   "handed_on_over_from_scratch_iterations": rows[0]["iterations"] / scratch["iterations"]}),
                "predicted_over_measured_sec_per_iter": chosen["predicted_sec_per_iter"] / rows[0]["measured_sec_per_iter"],
                "predicted_over_measured": (chosen["predicted_time_to_target_s"] / plan_s
                                            if chosen["predicted_time_to_target_s"] is not None else None),

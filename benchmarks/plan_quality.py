@@ -6,7 +6,10 @@
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
 decade, momentum); (c) what a user would pick by default: sync on every core, lr 0.01, momentum
-0.9, batch 32 per device. Every time to target is a real run on the runtime.
+0.9, batch 32 per device. Every time to target is a real run on the runtime. A workload whose
+recipe schedules its rate (charlm-stdlib: warm-up, then cosine) runs the grid and the default with
+the schedule spanning the workload's cap, as `omnitune run` spans a plan's that predicts no
+iterations; the plan's own run spans its prediction.
 
 Every grid point is screened once (seed 0); a screening run stops at 1.5× the best screening time
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
@@ -49,6 +52,7 @@ from omnitune.core.plan import start_path
 from omnitune.core.protocols import Groups, Sync
 from omnitune.core.runspec import RunSpec
 from omnitune.core.target import Target
+from omnitune.efficiency.perfmodel import Shape
 from omnitune.planning import Config
 from omnitune.probing.probe import hand_on, make_prober
 from omnitune.profiling import profiler
@@ -83,8 +87,10 @@ WORKLOADS = {
     "cnn1d-mnist1d": Bench(0.85, 30.0, False, (0.01, 0.03, 0.1), (16, 64)),
     "shapes-resnet": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1), (32, 64)),
     "teacher-mlp": Bench(0.985, 240.0, True, (0.01, 0.03, 0.1), (64, 256)),
-    # A test loss in nats per character; AdamW, so the default is its usual lr 3e-4, beta1 0.9.
-    "charlm-stdlib": Bench(1.7, 240.0, True, (0.003, 0.006, 0.01), (8, 16), on_loss=True, default=(32, 3e-4, 0.9),
+    # A test loss in nats per character; AdamW, so the default is its usual lr 3e-4, beta1 0.9. Its
+    # grid's runs (and the default's) decay over the cap (fixed_spec): at a constant rate, lr 3e-3
+    # and 6e-3 at batch 8 missed 1.7 in 240 s, where the recipe's docstring had them reach it.
+    "charlm-stdlib": Bench(1.7, 240.0, True, (0.001, 0.003, 0.01), (8, 16), on_loss=True, default=(32, 3e-4, 0.9),
                            sync_momenta=(0.9, 0.5)),
     # Held out (benchmarks/workloads/gru_count.py): its row is reported apart, and no rule of the
     # planner may be chosen from it.
@@ -122,9 +128,16 @@ def default_config(prof, b: Bench) -> Config:
     return Config("one-per-core", Sync(), (per_core,), *b.default)
 
 
-def fixed_spec(prof, name: str, target: Target, c: Config) -> RunSpec:
-    """What a configuration runs: its devices and groups, with batches as the planner would set them."""
-    return planning.spec_of(c, prof, name, None, target, 0)
+def fixed_spec(prof, name: str, target: Target, c: Config, cap_s: float | None = None) -> RunSpec:
+    """What a configuration runs: its devices and groups, with batches as the planner would set them.
+    With `cap_s`, a recipe's schedule (warm-up and cosine) spans the iterations the profile's
+    hardware model fits in that time, as `omnitune run` spans a plan's that predicts no iterations
+    (job.scheduled): a user with a time budget decays over it. Without, the rate stays constant."""
+    spec = planning.spec_of(c, prof, name, None, target, 0)
+    if cap_s is None:
+        return spec
+    sec_per_iter, _ = planning.profiled(prof)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
+    return job.scheduled(spec, cap_s, sec_per_iter)
 
 
 def measure(spec: RunSpec, work: Path, tag: str, limit_s: float, start: Path | None = None) -> dict:
@@ -227,7 +240,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
             limit = min(b.cap_s, SCREEN_STOP * best)
             if (row := journal.get(f"screen{i}")) is None:
                 shutil.rmtree(work / f"{name}-grid{i}", ignore_errors=True)
-                r = measure(fixed_spec(prof, b.spec(name), b.goal, c), work, f"{name}-grid{i}", limit)
+                r = measure(fixed_spec(prof, b.spec(name), b.goal, c, b.cap_s), work, f"{name}-grid{i}", limit)
                 row = journal.put(f"screen{i}", {**describe(c), **r, "at_least": not r["reached"]})
             elif describe(c).items() > row.items():
                 raise SystemExit(f"{journal.path}: screen{i} was {row}, the grid's point {i} is now {describe(c)}: "
@@ -243,8 +256,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
              **({"small": {seed: p["path"] for seed, p in small.items()}} if small else {}),
-             "default": fixed_spec(prof, b.spec(name), b.goal, default_config(prof, b)),
-             **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"]) for k, s in enumerate(ranked)}}
+             "default": fixed_spec(prof, b.spec(name), b.goal, default_config(prof, b), b.cap_s),
+             **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"], b.cap_s) for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
                                                                   f"{'' if r['reached'] else ' (missed)'}", flush=True),
@@ -347,10 +360,14 @@ def planned_with(prof, prof_path: Path, name: str, b: Bench, seed: int, work: Pa
     wall_s = time.perf_counter() - start
     spent_s = wall_s - plan.planning.handed_on_s
     print(f"{name} seed {seed}: plan {wall_s:.1f}s, {spent_s:.1f}s of it spent ({found.planning.probes} probes): "
-          f"{describe_plan(plan)}, predicted {plan.prediction.time_to_target_s}s", flush=True)
+          f"{describe_plan(plan)}, predicted {seconds(plan.prediction.time_to_target_s)}", flush=True)
     plan_mod.save(plan, path)
     return {"plan": plan, "found": found, "prober": prober, "wall_s": wall_s, "spent_s": spent_s,
             "start": start_path(plan, path), "path": path, "log": log}
+
+
+def seconds(s: float | None) -> str:
+    return "no time (no probe could predict one)" if s is None else f"{s:.1f}s"
 
 
 def config_of(configs: list[Config], row: dict) -> Config:

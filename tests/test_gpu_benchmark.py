@@ -173,3 +173,51 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     page = docs.gpu_section({**out, "cuda_device": "a stub", "measured_at": "today"})
     assert sum(line.startswith("| plan |") or line.startswith("| gpu-alone |") for line in page) == 2
     assert any("0.62× the best alternative (all-devices)" in line for line in page)
+
+
+def test_a_plan_that_starts_from_its_probe_runs_beside_its_own_setup_from_scratch(sample_profile, monkeypatch,
+                                                                                    tmp_path):
+    """Where the plan hands its probe's checkpoint on, a plan-from-scratch row runs the same setup
+    without it, seed by seed beside the plan: handed_on_over_from_scratch is the plan's median over
+    that row's, and the row is not an alternative (the best alternative stays all-devices). Fails if
+    the row starts from the checkpoint too, is counted as an alternative, or is missing."""
+    from types import SimpleNamespace
+
+    from omnitune.core import plan as plan_mod
+    from tests.conftest import make_spec
+
+    prof = with_gpus(sample_profile)
+    sample_plan = plan_mod.load(DATA / "plan-v1.json")
+    plan = dataclasses.replace(sample_plan, spec=make_spec("sync", [["cpu0", "cpu1"]]), layout="one-per-core",
+                               start="p.start.pt")
+    monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
+    monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
+    monkeypatch.setattr(gpu.planning, "search", lambda *a, **k: None)
+    monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
+    monkeypatch.setattr(gpu, "hand_on", lambda plan, prober, path: plan)
+    ran = []
+
+    def run_spec(spec, out_dir, max_time_s, start_from=None):
+        ran.append((spec.device_ids, spec.seed, start_from is not None))
+        time_s, reached, sec_per_iter = RUNS[spec.device_ids][spec.seed]
+        if spec.device_ids == ("cpu0", "cpu1") and start_from is None:
+            time_s = 2 * time_s          # from scratch, the plan's setup takes twice as long
+        return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9, final_loss=0.3,
+                               mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
+                               protocol_stats={}, started_at_s=0.0)
+    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(gpu, "RESULTS", results)
+    monkeypatch.setattr(gpu, "write_results", lambda name, data: atomic_write_json(results / f"{name}.json", data))
+    out = gpu.bench(True, tmp_path, seeds=(0, 1, 2))
+    assert [r["config"] for r in out["rows"]] == ["plan", "plan-from-scratch", "gpu-alone", "cpus-alone",
+                                                  "all-devices"]
+    assert ran[:2] == [(("cpu0", "cpu1"), 0, True), (("cpu0", "cpu1"), 0, False)]
+    summary = out["summary"]
+    assert summary["plan_from_scratch_s"] == 20.0 and summary["handed_on_over_from_scratch"] == pytest.approx(0.5)
+    assert summary["best_alternative"] == "all-devices" and "plan-from-scratch_s" not in summary
+    from benchmarks import docs
+    page = docs.gpu_section({**out, "cuda_device": "a stub", "measured_at": "today"})
+    assert any("0.50× the time of its own setup from scratch" in line for line in page)

@@ -124,3 +124,19 @@ def test_a_journal_with_no_folder_keeps_nothing_between_runs():
 
     j = Journal()
     assert j.put("k", {"x": 1}) == {"x": 1} and j.get("k") == {"x": 1} and Journal().get("k") is None
+
+
+def test_a_fixed_configuration_decays_over_the_cap_as_a_plan_without_a_prediction_runs(sample_profile):
+    """fixed_spec with a cap: the recipe's schedule spans the iterations the hardware model fits in
+    the cap (job.scheduled), as `omnitune run` spans a plan's that predicts none; without a cap the
+    rate stays constant (horizon 0). Fails if the grid's runs keep a constant rate while the plan's
+    decays, as charlm-stdlib's did."""
+    from omnitune import planning
+    from omnitune.efficiency.perfmodel import Shape
+
+    b = plan_quality.WORKLOADS["charlm-stdlib"]
+    c = plan_quality.grid(sample_profile, b, False)[0]
+    spec = plan_quality.fixed_spec(sample_profile, "lenet-digits", b.goal, c, 240.0)
+    step_s, _ = planning.profiled(sample_profile)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
+    assert spec.horizon == round(240.0 / step_s) > 0
+    assert plan_quality.fixed_spec(sample_profile, "lenet-digits", b.goal, c).horizon == 0
