@@ -97,7 +97,11 @@ class Journal:
         self.commit = _commit()
         self.commits: set[str] = set()
         if path is not None and path.exists():
-            for line in path.read_text().splitlines():
+            text = path.read_text()
+            if text and not text.endswith("\n"):     # cut off mid-line: the next line starts on its own
+                with path.open("a") as f:
+                    f.write("\n")
+            for line in text.splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:      # a line cut off as the run was killed

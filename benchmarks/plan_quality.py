@@ -242,7 +242,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                 shutil.rmtree(work / f"{name}-grid{i}", ignore_errors=True)
                 r = measure(fixed_spec(prof, b.spec(name), b.goal, c, b.cap_s), work, f"{name}-grid{i}", limit)
                 row = journal.put(f"screen{i}", {**describe(c), **r, "at_least": not r["reached"]})
-            elif describe(c).items() > row.items():
+            elif not describe(c).items() <= row.items():
                 raise SystemExit(f"{journal.path}: screen{i} was {row}, the grid's point {i} is now {describe(c)}: "
                                  "start on a new --work-dir")
             best = min(best, row["time_s"]) if row["reached"] else best
@@ -445,6 +445,7 @@ def main() -> None:
         chosen = {args.only: WORKLOADS[args.only]}
     rows = kept_rows(args.quick) if args.only else []
     if args.work_dir is not None:
+        args.work_dir = args.work_dir.resolve()         # the journal's paths hold from any folder
         args.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work_dir or Path(tmp)
@@ -453,6 +454,13 @@ def main() -> None:
             if args.replan and previous is None:
                 parser.error(f"--replan: no row for {name} in the last run to keep the screening of")
             journal = Journal(args.work_dir / f"{name}.journal.jsonl" if args.work_dir else None)
+            options = {"quick": args.quick, "replan": args.replan, "small_budget_s": args.small_budget_s}
+            started = journal.get("options")
+            if started is None:
+                journal.put("options", options)
+            elif started != options:
+                parser.error(f"--work-dir {args.work_dir}: its journal was started with {started}, not {options}: "
+                             "use another folder")
             rows = [r for r in rows if r["name"] != name] + [bench(name, b, args.quick, work, previous,
                                                                    tuple(range(1, args.seeds + 1)),
                                                                    args.small_budget_s, journal)]

@@ -201,10 +201,11 @@ def test_a_plan_that_starts_from_its_probe_runs_beside_its_own_setup_from_scratc
     def run_spec(spec, out_dir, max_time_s, start_from=None):
         ran.append((spec.device_ids, spec.seed, start_from is not None))
         time_s, reached, sec_per_iter = RUNS[spec.device_ids][spec.seed]
-        if spec.device_ids == ("cpu0", "cpu1") and start_from is None:
-            time_s = 2 * time_s          # from scratch, the plan's setup takes twice as long
+        scratch = spec.device_ids == ("cpu0", "cpu1") and start_from is None
+        if scratch:
+            time_s = 2 * time_s          # from scratch, the plan's setup takes twice as long, in 4x the iterations
         return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9, final_loss=0.3,
-                               mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
+                               mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=400 if scratch else 100,
                                protocol_stats={}, started_at_s=0.0)
     monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
     results = tmp_path / "results"
@@ -217,6 +218,7 @@ def test_a_plan_that_starts_from_its_probe_runs_beside_its_own_setup_from_scratc
     assert ran[:2] == [(("cpu0", "cpu1"), 0, True), (("cpu0", "cpu1"), 0, False)]
     summary = out["summary"]
     assert summary["plan_from_scratch_s"] == 20.0 and summary["handed_on_over_from_scratch"] == pytest.approx(0.5)
+    assert summary["handed_on_over_from_scratch_iterations"] == pytest.approx(0.25)
     assert summary["best_alternative"] == "all-devices" and "plan-from-scratch_s" not in summary
     from benchmarks import docs
     page = docs.gpu_section({**out, "cuda_device": "a stub", "measured_at": "today"})

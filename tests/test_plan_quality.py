@@ -1,6 +1,7 @@
 """benchmarks/plan_quality.py: the rows it keeps beside a run of one workload."""
 
 import json
+import zlib
 
 from benchmarks import plan_quality
 from tests.conftest import DATA
@@ -140,3 +141,87 @@ def test_a_fixed_configuration_decays_over_the_cap_as_a_plan_without_a_predictio
     step_s, _ = planning.profiled(sample_profile)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
     assert spec.horizon == round(240.0 / step_s) > 0
     assert plan_quality.fixed_spec(sample_profile, "lenet-digits", b.goal, c).horizon == 0
+
+
+class Cut(Exception):
+    """A run cut off."""
+
+
+def stub_bench(monkeypatch, calls: list, cut_at: int | None):
+    """bench() with its profile, plans and runs stubbed: each run's time from its tag and seed;
+    once `cut_at` plans and runs are done, the next raises Cut, once, as a session's end would."""
+    from dataclasses import replace as dc_replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.core import profile as profile_mod
+    from omnitune.core.plan import Planning
+
+    prof = profile_mod.load(DATA / "profile-v1.json")
+    cut = []
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    plan = dc_replace(plan, planning=Planning(5.0, 3, 6.0, True, "stub"))
+    monkeypatch.setattr(plan_quality.profiler, "profile", lambda *a, **k: prof)
+
+    def planned_with(prof, prof_path, name, b, seed, work, budget_s=None):
+        calls.append(f"plan-s{seed}")
+        path = work / f"{name}-plan-s{seed}.json"
+        plan_mod.save(plan, path)
+        return {"plan": plan, "found": None, "prober": None, "wall_s": 5.0, "spent_s": 4.0 + seed, "log": ["x"],
+                "path": path}
+    monkeypatch.setattr(plan_quality, "planned_with", planned_with)
+    monkeypatch.setattr(plan_quality.planning, "predict", lambda found, prober, s: found)
+    monkeypatch.setattr(plan_quality.planning, "build_plan", lambda *a, **k: plan)
+
+    def timed(tag, seed_or_limit):
+        if len(calls) == cut_at and not cut:
+            cut.append(tag)
+            raise Cut
+        calls.append(tag)
+        t = 10.0 + zlib.crc32(tag.encode()) % 97 / 10
+        return {"time_s": t, "reached": True, "iterations": int(10 * t), "final_accuracy": 0.9, "final_loss": 0.3,
+                "sec_per_iter": 0.01, "started_at_s": 0.0}
+    monkeypatch.setattr(plan_quality, "measure", lambda spec, work, tag, limit_s, start=None: timed(tag, limit_s))
+    monkeypatch.setattr(plan_quality, "measure_plan", lambda path, work, tag, limit_s: timed(tag, limit_s))
+
+
+def test_a_row_cut_off_and_started_again_is_the_row_of_an_uncut_run(tmp_path, monkeypatch):
+    """bench() with --work-dir, cut off in the screening and started again on the same folder: the
+    profile, the plans and the finished screening runs are read back (not run again), and the row
+    equals an uncut run's. Fails if a journaled measurement runs again, if a read-back plan or
+    screening row differs from the one measured, or if resuming changes the finalists."""
+    from benchmarks.common import Journal
+
+    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    uncut_calls, cut_calls = [], []
+    stub_bench(monkeypatch, uncut_calls, None)
+    (tmp_path / "a").mkdir()
+    uncut = plan_quality.bench("lenet-digits", b, False, tmp_path / "a", seeds=(1, 2),
+                               journal=Journal(tmp_path / "a" / "j.jsonl"))
+    stub_bench(monkeypatch, cut_calls, cut_at=5)         # the plans and 3 screening runs
+    (tmp_path / "b").mkdir()
+    try:
+        plan_quality.bench("lenet-digits", b, False, tmp_path / "b", seeds=(1, 2), journal=Journal(tmp_path / "b" / "j.jsonl"))
+    except Cut:
+        pass
+    assert cut_calls == uncut_calls[:len(cut_calls)] and len(cut_calls) == 2 + 3
+    again = plan_quality.bench("lenet-digits", b, False, tmp_path / "b", seeds=(1, 2),
+                               journal=Journal(tmp_path / "b" / "j.jsonl"))
+    assert cut_calls == uncut_calls        # nothing measured twice, nothing left out
+    strip = lambda row: {k: v for k, v in row.items() if k not in ("plan", "profile_s")}   # noqa: E731  (paths, timing)
+    assert strip(again) == strip(uncut) and again["plan"]["per_seed"] == uncut["plan"]["per_seed"]
+
+
+def test_a_journal_of_another_grid_is_refused(tmp_path, monkeypatch):
+    """A screening row read back must be the grid point it now stands for (as after a change to the
+    grid's rates): else the run stops, naming the journal. Fails if old times are kept for new points."""
+    import pytest
+
+    from benchmarks.common import Journal
+
+    stub_bench(monkeypatch, [], None)
+    journal = Journal(tmp_path / "j.jsonl")
+    plan_quality.bench("lenet-digits", plan_quality.Bench(0.9, 30.0, False, (0.01,), (16,)), False, tmp_path,
+                       seeds=(1,), journal=journal)
+    with pytest.raises(SystemExit, match="j.jsonl: screen0"):
+        plan_quality.bench("lenet-digits", plan_quality.Bench(0.9, 30.0, False, (0.03,), (16,)), False, tmp_path,
+                           seeds=(1,), journal=Journal(tmp_path / "j.jsonl"))
