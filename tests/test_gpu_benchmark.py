@@ -106,6 +106,29 @@ RUNS = {
 }
 
 
+def stub_bench(monkeypatch, tmp_path, sample_profile, run_spec, **plan_fields):
+    """gpu.bench's profile and plan stubbed (the plan sync on both cores, with `plan_fields`), its
+    runs by `run_spec`; returns the folder its results go to, and the plan."""
+    from omnitune.core import plan as plan_mod
+    from tests.conftest import make_spec
+
+    prof = with_gpus(sample_profile)
+    plan = dataclasses.replace(plan_mod.load(DATA / "plan-v1.json"), spec=make_spec("sync", [["cpu0", "cpu1"]]),
+                               layout="one-per-core", **plan_fields)
+    monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
+    monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
+    monkeypatch.setattr(gpu.planning, "search", lambda *a, **k: None)
+    monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
+    monkeypatch.setattr(gpu, "hand_on", lambda plan, prober, path: plan)
+    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(gpu, "RESULTS", results)
+    monkeypatch.setattr(gpu, "write_results", lambda name, data: atomic_write_json(results / f"{name}.json", data))
+    return results, plan
+
+
 def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, monkeypatch, tmp_path):
     """bench() end to end without a GPU, --quick with three seeds: the profile and plan stubbed
     (the plan on both cores), each device set's runs given their own times. Checks what bench
@@ -120,17 +143,6 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     the mean of its runs rather than the median, or if bench ignores `seeds`."""
     from types import SimpleNamespace
 
-    from omnitune.core import plan as plan_mod
-    from tests.conftest import make_spec
-
-    prof = with_gpus(sample_profile)
-    sample_plan = plan_mod.load(DATA / "plan-v1.json")
-    plan = dataclasses.replace(sample_plan, spec=make_spec("sync", [["cpu0", "cpu1"]]), layout="one-per-core")
-    monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
-    monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
-    monkeypatch.setattr(gpu.planning, "search", lambda *a, **k: None)
-    monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
-    monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
     ran = []
 
     def run_spec(spec, out_dir, max_time_s, start_from=None):
@@ -139,11 +151,7 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
         return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9, final_loss=0.3,
                                mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=100,
                                protocol_stats={}, started_at_s=0.0)
-    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
-    results = tmp_path / "results"
-    results.mkdir()
-    monkeypatch.setattr(gpu, "RESULTS", results)
-    monkeypatch.setattr(gpu, "write_results", lambda name, data: atomic_write_json(results / f"{name}.json", data))
+    results, plan = stub_bench(monkeypatch, tmp_path, sample_profile, run_spec)
     out = gpu.bench(True, tmp_path, seeds=(0, 1, 2))
     partial = json.loads((results / "gpu-partial.json").read_text())
     assert [(r["config"], r["seed"]) for r in partial["runs"]][:5] == [
@@ -183,19 +191,6 @@ def test_a_plan_that_starts_from_its_probe_runs_beside_its_own_setup_from_scratc
     the row starts from the checkpoint too, is counted as an alternative, or is missing."""
     from types import SimpleNamespace
 
-    from omnitune.core import plan as plan_mod
-    from tests.conftest import make_spec
-
-    prof = with_gpus(sample_profile)
-    sample_plan = plan_mod.load(DATA / "plan-v1.json")
-    plan = dataclasses.replace(sample_plan, spec=make_spec("sync", [["cpu0", "cpu1"]]), layout="one-per-core",
-                               start="p.start.pt")
-    monkeypatch.setattr(gpu, "local_cluster", lambda: prof.cluster)
-    monkeypatch.setattr(gpu.profiler, "profile", lambda *a, **k: prof)
-    monkeypatch.setattr(gpu.planning, "search", lambda *a, **k: None)
-    monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
-    monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
-    monkeypatch.setattr(gpu, "hand_on", lambda plan, prober, path: plan)
     ran = []
 
     def run_spec(spec, out_dir, max_time_s, start_from=None):
@@ -207,11 +202,7 @@ def test_a_plan_that_starts_from_its_probe_runs_beside_its_own_setup_from_scratc
         return SimpleNamespace(time_to_target_s=time_s, reached_target=reached, final_accuracy=0.9, final_loss=0.3,
                                mean_staleness=0.0, measured_sec_per_iter=sec_per_iter, iterations=400 if scratch else 100,
                                protocol_stats={}, started_at_s=0.0)
-    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
-    results = tmp_path / "results"
-    results.mkdir()
-    monkeypatch.setattr(gpu, "RESULTS", results)
-    monkeypatch.setattr(gpu, "write_results", lambda name, data: atomic_write_json(results / f"{name}.json", data))
+    stub_bench(monkeypatch, tmp_path, sample_profile, run_spec, start="p.start.pt")
     out = gpu.bench(True, tmp_path, seeds=(0, 1, 2))
     assert [r["config"] for r in out["rows"]] == ["plan", "plan-from-scratch", "gpu-alone", "cpus-alone",
                                                   "all-devices"]
