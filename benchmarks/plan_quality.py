@@ -243,7 +243,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
                 r = measure(fixed_spec(prof, b.spec(name), b.goal, c, b.cap_s), work, f"{name}-grid{i}", limit)
                 row = journal.put(f"screen{i}", {**describe(c), **r, "at_least": not r["reached"]})
             elif not describe(c).items() <= row.items():
-                raise SystemExit(f"{journal.path}: screen{i} was {row}, the grid's point {i} is now {describe(c)}: "
+                raise SystemExit(f"{journal.path}: screen{i} was { {k: row.get(k) for k in describe(c)} }, the grid's point {i} is now {describe(c)}: "
                                  "start on a new --work-dir")
             best = min(best, row["time_s"]) if row["reached"] else best
             screened.append({**row, "config": c})
