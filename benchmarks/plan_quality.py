@@ -157,7 +157,8 @@ def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
     return {"time_s": s.time_to_target_s + s.replan_s if s.reached_target else limit_s, "reached": s.reached_target,
             "iterations": s.iterations, "final_accuracy": s.final_accuracy, "final_loss": s.final_loss,
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s, "retune_s": s.replan_s,
-            "retunes": s.replans, "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s}
+            "retunes": s.replans, "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s,
+            "first_pause_at_s": s.first_pause_at_s}
 
 
 def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> dict:

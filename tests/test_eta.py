@@ -63,6 +63,30 @@ def test_a_pause_refits_the_schedules_horizon_from_the_runs_readings(tmp_path):
     assert refit_horizon(on_loss, tmp_path, 2000).horizon == refit
 
 
+def test_a_refitted_horizon_ends_by_the_runs_time_limit(tmp_path):
+    """A pause's re-fitted horizon stops at the iteration the run reaches at its time limit
+    (job.last_iteration, at the pace the run kept, its evaluations in it): a run off pace must be
+    cooled by its limit, not left at a high rate past it. Fails if the cap is left out, or if it
+    pulls a horizon before the current iteration."""
+    from omnitune.runtime.job import last_iteration, refit_horizon
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], target=0.95, horizon=1000)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in readings(40)))
+    free = refit_horizon(spec, tmp_path, 2000).horizon
+    assert free > 3000
+    assert refit_horizon(spec, tmp_path, 2000, last=2500).horizon == 2500
+    assert refit_horizon(spec, tmp_path, 2000, last=10 ** 6).horizon == free
+    assert refit_horizon(spec, tmp_path, 2000, last=1500).horizon == 2001        # never before where it is
+
+    at = lambda iterations, wall_s: RunSummary(1, False, None, None, iterations, 0.5, 0.95, None, 0.0, 0.01, wall_s,
+                                               1.0, "", "sync", 1, (iterations,), 0.0, 1)
+    assert last_iteration(at(1200, 120.0), 240.0) == 2400         # 10 iterations a second, 120 s left
+    assert last_iteration(at(1200, 120.0), float("inf")) is None
+    assert last_iteration(at(1200, 250.0), 240.0) == 1200
+
+
 def test_a_plan_without_a_prediction_schedules_over_the_runs_time_limit():
     from dataclasses import replace
 

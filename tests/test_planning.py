@@ -737,6 +737,51 @@ def test_a_weight_decay_that_does_not_beat_the_recipes_leaves_it(sample_profile)
     assert plan.spec.weight_decay is None                                      # the recipe's: a tie is no reason
 
 
+def test_scouts_that_rank_by_loss_spend_no_probe_on_the_decay_grid(sample_profile):
+    """charlm-stdlib: no 20-iteration scout predicts a time, the decays 0.1, 0.01 and 1 read
+    3.040, 3.041 and 3.054, and those two probes left none of a 15-s budget for the rate's half
+    decades. Here too no scout predicts a time, and a decay moves the loss by a hair: the grid is
+    not probed, the recipe's decay stays, and the refinement is reached. Fails if the grid is
+    probed where every scout ranks by loss."""
+    def by_loss(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        wd = 0.1 if cfg.weight_decay is None else cfg.weight_decay
+        loss = 1.0 + abs(math.log10(cfg.lr / 0.01)) + 0.001 * abs(math.log10(wd / 0.1))
+        return ProbeResult(cfg, None, False, ((max_iters, 0.5),), 0.0, 0.0, "not reached", train_loss=loss,
+                           iters=max_iters, start_loss=4.0)
+    calls = []
+    found = planning.search(sample_profile, decay_space(batch_sizes=(32,)),
+                            lambda cfg, *a, **k: calls.append(cfg) or by_loss(cfg, *a, **k))
+    assert found.ranked and {c.weight_decay for c in calls} == {None}
+    assert any(abs(c.lr - 0.0033) < 4e-4 or abs(c.lr - 0.033) < 4e-3 for c in calls)    # a half decade probed
+    assert found.scored[0].config.weight_decay is None
+
+
+def test_a_search_of_one_setup_keeps_nothing_for_a_final_round(sample_profile, monkeypatch):
+    """Ranked by loss, probes keep room in the budget for the final round (final.py), which needs
+    two setups. charlm-stdlib could compare only one (the others step too slowly), kept 5 s of 16
+    for a round it could not hold, and never probed its rate's refinement. Here one setup, probes
+    of 1 s on a fake clock, a 6 s budget: the refinement on both sides is probed. Fails if the
+    room is kept while one setup is probed (the probes stop at 5 s: one side of the refinement
+    only)."""
+    from types import SimpleNamespace as NS
+
+    from omnitune.planning import omnivore, phases
+    clock = NS(t=0.0)
+    for module in (omnivore, phases):
+        monkeypatch.setattr(module, "time", NS(perf_counter=lambda: clock.t))
+
+    def second_each(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        clock.t += 1.0
+        return ProbeResult(cfg, None, False, ((max_iters, 0.5),), 0.0, 1.0, "not reached",
+                           train_loss=1.0 + abs(math.log10(cfg.lr / 0.01)), iters=max_iters, start_loss=4.0)
+    calls = []
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(32,))
+    found = planning.search(sample_profile, space, lambda cfg, *a, **k: calls.append(cfg.lr) or second_each(cfg, *a, **k))
+    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert calls[:3] == [0.1, 0.01, 0.001]
+    assert {0.0033, 0.03} <= set(calls), calls                       # half a decade either side of 0.01
+
+
 def test_a_pinned_weight_decay_is_every_probes(sample_profile):
     prober = DecayProber(best=0.01)
     found = planning.search(sample_profile, decay_space(decays=(0.5,)), prober)

@@ -226,7 +226,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         return spec, {"before": {}, "after": {}, "switched": False}
 
     monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, iteration, before=None: spec)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, *a: spec)
     plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
     args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
     s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan, first_pause_s)
@@ -238,6 +238,7 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     records = [json.loads(line) for line in (tmp_path / "run" / "replans.jsonl").read_text().splitlines()]
     assert [r["restart_s"] for r in records[1:]] == pytest.approx([job.RESTART_S] * (len(records) - 1))  # not evals
     assert s.started_at_s == 0.0            # where the run started, not where its last segment resumed
+    assert s.first_pause_at_s == pytest.approx(first / SHARE)         # what the summary says of the schedule
 
 
 def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():

@@ -308,6 +308,9 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.replans:
         out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
                   f"(see {out_dir}/replans.jsonl)")
+    elif summary.first_pause_at_s is not None and summary.first_pause_at_s > summary.wall_s - summary.eval_s:
+        out.print(f"no pause to re-tune: the first was due at {summary.first_pause_at_s:.0f}s of training, where "
+                  "its estimated cost fits a tenth of the training so far")
     if summary.stalled_at_s is not None and not summary.reached_target:
         out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
                   "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")

@@ -120,7 +120,12 @@ class Trials:
         iters = self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending)
         # Ranked by loss, the final round (final.py) trains the leaders on within the same budget,
         # at what the probes took (more than the profile's steps say: their evaluations, the start).
-        reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if self.phase.by_loss else 0.0
+        # It needs two setups: while this probe's is the only one probed, nothing is kept for it
+        # (charlm-stdlib, where every other setup steps too slowly to compare by loss, kept 5 s of
+        # a 16-s budget for a round it could not hold, and left its rate's refinement unprobed).
+        probed = {key[0] for key, skipped in self.tried.items() if skipped is None} | {s}
+        finals = self.phase.by_loss and len(probed) >= budget_mod.FINALISTS
+        reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if finals else 0.0
         if self.runner.probes_run and not self.spending.fits(iters, s.probe_sec_per_iter, reserve):
             return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
         return None

@@ -288,12 +288,13 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
     probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s      # estimates, until measured
     wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
-    started_at_s = train_s
+    started_at_s, first_stop_s = train_s, None
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
         # still owes (paid as this segment starts), and the next pause itself.
         before_s, cost_s = spent_s + owed_s, probes_s + restart_s
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
+        first_stop_s = stop_s if first_stop_s is None else first_stop_s
         # A stall pauses the run at once where a pause fits the budget. A run off pace (at the
         # pace of its latest half of training it would miss its target within its time limit)
         # pauses as well once that half lasted as long as the pause costs: waiting that long
@@ -325,7 +326,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
                       back_to_iteration=back_at, restart_s=restart_s)
-        spec = refit_horizon(spec, run_dir, summary.iterations, job.spec)
+        spec = refit_horizon(spec, run_dir, summary.iterations, job.spec, last_iteration(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
@@ -337,7 +338,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
                                   diverge_stop=job.diverge_stop and not (why == "divergence" and not record["switched"]))
     # A later segment resumes from the pause's checkpoint: the run itself started at the first's.
     summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
-                                  diverged_at_s=diverged_at_s, started_at_s=started_at_s)
+                                  diverged_at_s=diverged_at_s, started_at_s=started_at_s,
+                                  first_pause_at_s=first_stop_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
 
@@ -377,11 +379,16 @@ def back_to_best(run_dir: Path, train_s: float) -> int | None:
     return int(state["iteration"])
 
 
-def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec | None = None) -> RunSpec:
+def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec | None = None,
+                  last: int | None = None) -> RunSpec:
     """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
-    that the run's own readings now predict (efficiency/eta.py), never before this iteration;
-    where the pause changed the batches from `before`'s, the iterations left scale inversely with
-    them; unchanged where the run has no schedule's horizon or no estimate yet."""
+    that the run's own readings now predict (efficiency/eta.py), never before this iteration, and
+    never past `last`, the iteration the run reaches at its time limit: a schedule that has not
+    decayed by then leaves the run at a high rate when it ends (charlm-stdlib at lr 1e-2, off pace
+    at 123 s of a 240-s limit: the horizon went from 2,402 iterations to 3,617, and the run ended
+    at 2,487 at test loss 1.87, a quarter of its peak rate still on, short of 1.7). Where the pause
+    changed the batches from `before`'s, the iterations left scale inversely with them; unchanged
+    where the run has no schedule's horizon or no estimate yet."""
 
     if spec.horizon <= 0 or spec.target is None:
         return spec
@@ -390,7 +397,16 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec 
         return spec
     per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
     left = (e.iters_to_target - iteration) * per
-    return dataclasses.replace(spec, horizon=max(iteration + 1, round(iteration + left)))
+    horizon = round(iteration + left) if last is None else min(round(iteration + left), last)
+    return dataclasses.replace(spec, horizon=max(iteration + 1, horizon))
+
+
+def last_iteration(summary: RunSummary, max_time_s: float) -> int | None:
+    """The iteration a run reaches at its time limit at the pace it kept so far (its evaluations
+    in it: the limit counts them), where it has a limit; None where not."""
+    if not math.isfinite(max_time_s) or summary.iterations <= 0 or summary.wall_s <= 0:
+        return None
+    return summary.iterations + int(max(0.0, max_time_s - summary.wall_s) * summary.iterations / summary.wall_s)
 
 
 def _trained_s(path: str | None) -> float:
