@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from omnitune.cli.commands import app
 from omnitune.core.errors import UserError
 from omnitune.runtime.summary import RunSummary, save as save_summary
-from tests.conftest import DATA, make_plan
+from tests.conftest import DATA, make_plan, make_spec
 
 runner = CliRunner()
 
@@ -196,6 +196,8 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert summary["started_at_s"] == pytest.approx(handed)
     assert summary["iterations"] >= written["planning"]["handed_on_iters"]
     assert summary["time_to_target_s"] >= handed
+    assert summary["first_pause_at_s"] > 0            # re-tuned by default: when its first pause was due
+    assert ("no pause to re-tune: the first was due at" in r.output) == (summary["replans"] == 0)
     r = runner.invoke(app, ["run", str(plan), "--out-dir", str(tmp_path / "fresh"), "--max-time-s", "60",
                             "--from-scratch"])
     assert r.exit_code == 0, r.output
@@ -250,6 +252,28 @@ def test_plan_for_node_types_prints_a_simulated_plan(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_recipe_that_warms_up_hands_no_probe_on(tmp_path):
+    """A probe trains at a constant rate; a recipe with a warm-up (charlm-stdlib's AdamW, 5%) never
+    reaches that state, and its run went on worse from it: hand_on leaves such a plan to start from
+    scratch, whatever probe stopped short. Fails if the warm-up is not checked."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.core.plan import Planning
+    from omnitune.probing import probe
+
+    path = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.003, workload="charlm-stdlib", target=None,
+                     target_loss=1.7)
+    plan = replace(plan_mod.load(path), planning=Planning(20.0, 3, 30.0, True, "test"))
+    assert probe.warms_up(plan.spec)
+    cfg = probe.probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
+    short = SimpleNamespace(curve=((20, -2.9),), state={}, iterations=20, train_s=2.0)
+    assert probe.hand_on(plan, SimpleNamespace(handoffs={cfg: short}), path) == plan
+    assert not (tmp_path / "plan.start.pt").exists()
+    assert not probe.warms_up(make_spec("sync", [["cpu0"]]))          # lenet-digits: SGD at a constant rate
+
+
 def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
     """probe.hand_on: a probe stopped short of the target hands its state on, and the run's clock
     and iterations go on from there; a probe that reached the target hands nothing on."""

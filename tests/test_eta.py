@@ -64,11 +64,15 @@ def test_a_pause_refits_the_schedules_horizon_from_the_runs_readings(tmp_path):
 
 
 def test_a_refitted_horizon_ends_by_the_runs_time_limit(tmp_path):
-    """A pause's re-fitted horizon stops at the iteration the run reaches at its time limit
-    (job.last_iteration, at the pace the run kept, its evaluations in it): a run off pace must be
-    cooled by its limit, not left at a high rate past it. Fails if the cap is left out, or if it
-    pulls a horizon before the current iteration."""
-    from omnitune.runtime.job import last_iteration, refit_horizon
+    """A pause's re-fitted horizon stops where the run's time limit comes (job.iterations_left: at
+    the pace the run kept, its evaluations in it, from its training time), with no estimate
+    too; after a switch to twice the batch, at half as many iterations left. A run off pace must
+    be cooled by its limit, not left at a high rate past it. Fails if the cap is left out, if it
+    pulls a horizon before the current iteration, or if it ignores a change of batch."""
+    from dataclasses import replace
+
+    from omnitune.planning import retune
+    from omnitune.runtime.job import iterations_left, refit_horizon
     from omnitune.runtime.summary import RunSummary
     from tests.conftest import make_spec
 
@@ -76,15 +80,21 @@ def test_a_refitted_horizon_ends_by_the_runs_time_limit(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in readings(40)))
     free = refit_horizon(spec, tmp_path, 2000).horizon
     assert free > 3000
-    assert refit_horizon(spec, tmp_path, 2000, last=2500).horizon == 2500
-    assert refit_horizon(spec, tmp_path, 2000, last=10 ** 6).horizon == free
-    assert refit_horizon(spec, tmp_path, 2000, last=1500).horizon == 2001        # never before where it is
+    assert refit_horizon(spec, tmp_path, 2000, limit_iters=500).horizon == 2500
+    assert refit_horizon(spec, tmp_path, 2000, limit_iters=10 ** 6).horizon == free
+    assert refit_horizon(spec, tmp_path, 2000, limit_iters=0).horizon == 2001     # never before where it is
+    doubled = refit_horizon(retune.scaled(spec, 2.0), tmp_path, 2000, before=spec, limit_iters=500).horizon
+    assert doubled == 2250
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in readings(2)))   # no estimate
+    assert refit_horizon(replace(spec, horizon=9000), tmp_path, 2000, limit_iters=500).horizon == 2500
+    assert refit_horizon(spec, tmp_path, 2000, limit_iters=500).horizon == 1000    # within the limit: its own
 
-    at = lambda iterations, wall_s: RunSummary(1, False, None, None, iterations, 0.5, 0.95, None, 0.0, 0.01, wall_s,
-                                               1.0, "", "sync", 1, (iterations,), 0.0, 1)
-    assert last_iteration(at(1200, 120.0), 240.0) == 2400         # 10 iterations a second, 120 s left
-    assert last_iteration(at(1200, 120.0), float("inf")) is None
-    assert last_iteration(at(1200, 250.0), 240.0) == 1200
+    at = lambda iterations, wall_s, eval_s: RunSummary(1, False, None, None, iterations, 0.5, 0.95, None, 0.0, 0.01,
+                                                       wall_s, eval_s, "", "sync", 1, (iterations,), 0.0, 1)
+    assert iterations_left(at(1200, 120.0, 0.0), 240.0) == pytest.approx(1200)    # 10 a second, 120 s left
+    assert iterations_left(at(1200, 120.0, 12.0), 240.0) == pytest.approx(1320)   # the clock goes on at 108 s
+    assert iterations_left(at(1200, 120.0, 0.0), float("inf")) is None
+    assert iterations_left(at(1200, 250.0, 0.0), 240.0) == 0
 
 
 def test_a_plan_without_a_prediction_schedules_over_the_runs_time_limit():

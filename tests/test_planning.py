@@ -758,10 +758,11 @@ def test_scouts_that_rank_by_loss_spend_no_probe_on_the_decay_grid(sample_profil
 
 def test_a_search_of_one_setup_keeps_nothing_for_a_final_round(sample_profile, monkeypatch):
     """Ranked by loss, probes keep room in the budget for the final round (final.py), which needs
-    two setups. charlm-stdlib could compare only one (the others step too slowly), kept 5 s of 16
-    for a round it could not hold, and never probed its rate's refinement. Here one setup, probes
+    two setups. charlm-stdlib had probed one when its rate's refinement came (its other sync
+    setups step too slowly to compare by loss), kept 5 s of 16 for a round it could not hold,
+    and never probed the refinement. Here one setup, probes
     of 1 s on a fake clock, a 6 s budget: the refinement on both sides is probed. Fails if the
-    room is kept while one setup is probed (the probes stop at 5 s: one side of the refinement
+    room is kept while one setup is probed (the probes stop after 4: one side of the refinement
     only)."""
     from types import SimpleNamespace as NS
 

@@ -226,7 +226,8 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         return spec, {"before": {}, "after": {}, "switched": False}
 
     monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, *a: spec)
+    limits = []          # what each pause's re-fit of the schedule is told of the time limit
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: limits.append((at, left)) or spec)
     plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
     args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=1000))
     s = job.run_with_replans(plan, replace(args, max_time_s=1000), None, replan, first_pause_s)
@@ -239,6 +240,12 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
     assert [r["restart_s"] for r in records[1:]] == pytest.approx([job.RESTART_S] * (len(records) - 1))  # not evals
     assert s.started_at_s == 0.0            # where the run started, not where its last segment resumed
     assert s.first_pause_at_s == pytest.approx(first / SHARE)         # what the summary says of the schedule
+    # Each re-fit is told the iterations left before the 1000-s limit: the fake trains 1 iteration
+    # a second, and its summary's clock adds a tenth of the last segment for evaluations.
+    assert [at for at, _ in limits] == [int(p) for p in pauses]
+    began = [0.0] + pauses[:-1]
+    assert [left for _, left in limits] == pytest.approx(
+        [(1000 - p) * int(p) / (p + 0.1 * (p - b)) for p, b in zip(pauses, began)])
 
 
 def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():

@@ -105,7 +105,7 @@ def plan(
     lr: Optional[float] = typer.Option(None, help="pin the learning rate"),
     momentum: Optional[float] = typer.Option(None, help="pin the explicit momentum"),
     weight_decay: Optional[float] = typer.Option(None, help="pin the weight decay (default: the recipe's, "
-                                                 "compared with a decade either side of it where it has one)"),
+                                                 "compared with a decade either side of it where it has one and probes can predict a time)"),
     seed: int = typer.Option(0),
     probe_iters: int = typer.Option(100_000, help="most iterations one probe may train"),
     budget_s: Optional[float] = typer.Option(None, help="most seconds to spend on probes (default: sized to "
@@ -309,8 +309,8 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
         out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
                   f"(see {out_dir}/replans.jsonl)")
     elif summary.first_pause_at_s is not None and summary.first_pause_at_s > summary.wall_s - summary.eval_s:
-        out.print(f"no pause to re-tune: the first was due at {summary.first_pause_at_s:.0f}s of training, where "
-                  "its estimated cost fits a tenth of the training so far")
+        out.print(f"no pause to re-tune: the first was due at {summary.first_pause_at_s:.0f}s of training, and the "
+                  "run ended before")
     if summary.stalled_at_s is not None and not summary.reached_target:
         out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
                   "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")

@@ -123,10 +123,10 @@ def decays(trials: Trials, ref: Setup, mu: float, tried: list[float]) -> None:
     if len(grid) < 2 or not keys:
         return
     if all(kind == 1 for kind, _ in keys.values()):
-        # Scouts that rank by training loss cannot tell decays apart: within LOSS_TIE by rule, and
-        # charlm-stdlib's 20-iteration probes at 0.1, 0.01 and 1 read 3.040, 3.041 and 3.054.
-        # Two such probes were 2 of its 5 in a 15-s budget, which then had none left for the
-        # rate's refinement (CHANGELOG): the budget goes to the rate.
+        # Scouts that rank by training loss do not tell decays apart: another decay must read
+        # LOSS_TIE lower, and charlm-stdlib's 20-iteration probes at 0.1, 0.01 and 1 read 3.040,
+        # 3.041 and 3.054. Those two probes were 2 of its 5 in a 16-s budget, which then had none
+        # left for the rate's refinement (CHANGELOG): the budget goes to the rate.
         trials.log(f"weight decay {grid[0]:g} (the recipe's): the scouts rank by training loss, in which a "
                    "decay does not show")
         return

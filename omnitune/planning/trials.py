@@ -121,8 +121,10 @@ class Trials:
         # Ranked by loss, the final round (final.py) trains the leaders on within the same budget,
         # at what the probes took (more than the profile's steps say: their evaluations, the start).
         # It needs two setups: while this probe's is the only one probed, nothing is kept for it
-        # (charlm-stdlib, where every other setup steps too slowly to compare by loss, kept 5 s of
-        # a 16-s budget for a round it could not hold, and left its rate's refinement unprobed).
+        # (charlm-stdlib, whose other sync setups step too slowly to compare by loss, kept 5 s of a
+        # 16-s budget for a round it could not hold, and left its rate's refinement unprobed). A
+        # second setup probed later keeps the room from then on; if the budget no longer has it,
+        # there is no final round, and the rate had the budget instead.
         probed = {key[0] for key, skipped in self.tried.items() if skipped is None} | {s}
         finals = self.phase.by_loss and len(probed) >= budget_mod.FINALISTS
         reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if finals else 0.0

@@ -326,7 +326,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
                       back_to_iteration=back_at, restart_s=restart_s)
-        spec = refit_horizon(spec, run_dir, summary.iterations, job.spec, last_iteration(summary, job.max_time_s))
+        at = back_at if back_at is not None else summary.iterations      # where the next segment starts
+        spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
         plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
@@ -380,33 +381,36 @@ def back_to_best(run_dir: Path, train_s: float) -> int | None:
 
 
 def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec | None = None,
-                  last: int | None = None) -> RunSpec:
-    """The recipe's schedule re-fitted at a pause: its horizon becomes the iterations to target
-    that the run's own readings now predict (efficiency/eta.py), never before this iteration, and
-    never past `last`, the iteration the run reaches at its time limit: a schedule that has not
-    decayed by then leaves the run at a high rate when it ends (charlm-stdlib at lr 1e-2, off pace
-    at 123 s of a 240-s limit: the horizon went from 2,402 iterations to 3,617, and the run ended
-    at 2,487 at test loss 1.87, a quarter of its peak rate still on, short of 1.7). Where the pause
-    changed the batches from `before`'s, the iterations left scale inversely with them; unchanged
-    where the run has no schedule's horizon or no estimate yet."""
+                  limit_iters: float | None = None) -> RunSpec:
+    """The recipe's schedule re-fitted at a pause at `iteration`: its horizon becomes the
+    iterations to target that the run's own readings now predict (efficiency/eta.py), never
+    before this iteration, and never past the run's time limit, `limit_iters` more iterations at
+    the pace it kept (`iterations_left`): a schedule that has not decayed by then leaves the run
+    at a high rate when it ends (charlm-stdlib at lr 1e-2, off pace at 123 s of a 240-s limit: the
+    horizon went from 2,402 iterations to 3,617, and the run ended at 2,487 at test loss 1.87, a
+    quarter of its peak rate still on, short of 1.7). Where the pause changed the batches from
+    `before`'s, the iterations left scale inversely with them, the limit's too (a bigger batch's
+    steps take less than proportionally longer: its schedule then ends somewhat early). With no
+    estimate yet, the horizon stays, within the limit; with no horizon, the schedule is constant."""
 
     if spec.horizon <= 0 or spec.target is None:
         return spec
+    per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
+    last = math.inf if limit_iters is None else iteration + limit_iters * per
     e = eta.estimate(readings(run_dir), spec.target)
     if e is None or e.iters_to_target is None:
-        return spec
-    per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
-    left = (e.iters_to_target - iteration) * per
-    horizon = round(iteration + left) if last is None else min(round(iteration + left), last)
-    return dataclasses.replace(spec, horizon=max(iteration + 1, horizon))
+        return spec if spec.horizon <= last else dataclasses.replace(spec, horizon=max(iteration + 1, round(last)))
+    wanted = iteration + (e.iters_to_target - iteration) * per
+    return dataclasses.replace(spec, horizon=max(iteration + 1, round(min(wanted, last))))
 
 
-def last_iteration(summary: RunSummary, max_time_s: float) -> int | None:
-    """The iteration a run reaches at its time limit at the pace it kept so far (its evaluations
-    in it: the limit counts them), where it has a limit; None where not."""
+def iterations_left(summary: RunSummary, max_time_s: float) -> float | None:
+    """How many iterations a paused run has left before its time limit, at the pace it kept so
+    far (its evaluations in it: the limit counts them); None where it has no limit. The next
+    segment's clock starts at the training time (`wall_s` less `eval_s`)."""
     if not math.isfinite(max_time_s) or summary.iterations <= 0 or summary.wall_s <= 0:
         return None
-    return summary.iterations + int(max(0.0, max_time_s - summary.wall_s) * summary.iterations / summary.wall_s)
+    return max(0.0, max_time_s - (summary.wall_s - summary.eval_s)) * summary.iterations / summary.wall_s
 
 
 def _trained_s(path: str | None) -> float:

@@ -50,9 +50,9 @@ class RunSummary:
                                        # a fifth of the training (monitor.STALL_SHARE); None: never
     diverged_at_s: float | None = None  # training time at which the training loss first diverged
                                         # (monitor.DIVERGE_FACTOR); None: never
-    first_pause_at_s: float | None = None  # a re-tuned run's: the training time its first pause was set
-                                           # for (where its estimated cost fits a tenth of the training);
-                                           # None: not re-tuned
+    first_pause_at_s: float | None = None  # a re-tuned run's: the time on its clock its first pause was
+                                           # set for (job.next_stop, or --replan-every-s); None: not
+                                           # re-tuned
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):
