@@ -70,6 +70,11 @@ class Recipe:
         """This recipe with a run's own weight decay (a plan's choice); None keeps the recipe's."""
         return self if weight_decay is None else replace(self, weight_decay=weight_decay)
 
+    @property
+    def warms_up(self) -> bool:
+        """Whether a run's rate starts with a warm-up (`lr_factor` below 1 at first)."""
+        return self.schedule != "constant" and self.warmup > 0
+
     def lr_factor(self, iteration: int, horizon: int) -> float:
         """The share of the learning rate at `iteration` (from 0) of a run whose schedule spans
         `horizon` iterations: 1 for a constant schedule or no horizon; past the horizon, the floor."""

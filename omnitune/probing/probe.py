@@ -196,8 +196,7 @@ def warms_up(spec: RunSpec) -> bool:
     charlm-stdlib's plan at lr 3e-3 (AdamW, warm-up over 5%) went on from 20 probe iterations at
     the full rate and read test loss 2.43 at iteration 604 and 1.84 at its 240-s limit; the same
     setting from scratch read 2.26 at 526 and reached 1.70 at 159 s."""
-    recipe = workload_mod.load(spec.workload).recipe
-    return recipe.schedule != "constant" and recipe.warmup > 0
+    return workload_mod.load(spec.workload).recipe.warms_up
 
 
 RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, the same for all

@@ -398,9 +398,12 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec 
     per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
     last = math.inf if limit_iters is None else iteration + limit_iters * per
     e = eta.estimate(readings(run_dir), spec.target)
-    if e is None or e.iters_to_target is None:
-        return spec if spec.horizon <= last else dataclasses.replace(spec, horizon=max(iteration + 1, round(last)))
-    wanted = iteration + (e.iters_to_target - iteration) * per
+    if e is not None and e.iters_to_target is not None:
+        wanted = iteration + (e.iters_to_target - iteration) * per
+    elif spec.horizon <= last:
+        return spec
+    else:
+        wanted = spec.horizon
     return dataclasses.replace(spec, horizon=max(iteration + 1, round(min(wanted, last))))
 
 
