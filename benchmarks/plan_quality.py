@@ -9,7 +9,9 @@ decade, momentum); (c) what a user would pick by default: sync on every core, lr
 0.9, batch 32 per device. Every time to target is a real run on the runtime. A workload whose
 recipe schedules its rate (charlm-stdlib: warm-up, then cosine) runs the grid and the default with
 the schedule spanning the workload's cap, as `omnitune run` spans a plan's that predicts no
-iterations; the plan's own run spans its prediction.
+iterations; the plan's own run spans its prediction. `omnitune run` re-fits that span at the
+run's own pace 5% into its time limit (job.paced); the finalists' span is fitted at the pace their
+screening measured.
 
 Every grid point is screened once (seed 0); a screening run stops at 1.5× the best screening time
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
@@ -128,15 +130,19 @@ def default_config(prof, b: Bench) -> Config:
     return Config("one-per-core", Sync(), (per_core,), *b.default)
 
 
-def fixed_spec(prof, name: str, target: Target, c: Config, cap_s: float | None = None) -> RunSpec:
+def fixed_spec(prof, name: str, target: Target, c: Config, cap_s: float | None = None,
+               sec_per_iter: float | None = None) -> RunSpec:
     """What a configuration runs: its devices and groups, with batches as the planner would set them.
-    With `cap_s`, a recipe's schedule (warm-up and cosine) spans the iterations the profile's
-    hardware model fits in that time, as `omnitune run` spans a plan's that predicts no iterations
-    (job.scheduled): a user with a time budget decays over it. Without, the rate stays constant."""
+    With `cap_s`, a recipe's schedule (warm-up and cosine) spans the iterations that fit in that
+    time (job.scheduled): a user with a time budget decays over it. They fit at `sec_per_iter`
+    where a run measured it (the grid's finalists: their screening), as `omnitune run` re-fits a
+    plan's schedule at its own pace (job.paced), else at the profile's hardware model's step.
+    Without `cap_s`, the rate stays constant."""
     spec = planning.spec_of(c, prof, name, None, target, 0)
     if cap_s is None:
         return spec
-    sec_per_iter, _ = planning.profiled(prof)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
+    if not sec_per_iter:
+        sec_per_iter, _ = planning.profiled(prof)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
     return job.scheduled(spec, cap_s, sec_per_iter)
 
 
@@ -158,7 +164,7 @@ def measure_plan(plan_path: Path, work: Path, tag: str, limit_s: float) -> dict:
             "iterations": s.iterations, "final_accuracy": s.final_accuracy, "final_loss": s.final_loss,
             "sec_per_iter": s.measured_sec_per_iter, "started_at_s": s.started_at_s, "retune_s": s.replan_s,
             "retunes": s.replans, "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s,
-            "first_pause_at_s": s.first_pause_at_s}
+            "first_pause_at_s": s.first_pause_at_s, "repaced": s.repaced}
 
 
 def repeated(spec: RunSpec, work: Path, tag: str, cap_s: float, seeds=SEEDS) -> dict:
@@ -258,7 +264,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
              **({"small": {seed: p["path"] for seed, p in small.items()}} if small else {}),
              "default": fixed_spec(prof, b.spec(name), b.goal, default_config(prof, b), b.cap_s),
-             **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"], b.cap_s) for k, s in enumerate(ranked)}}
+             **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"], b.cap_s, s.get("sec_per_iter"))
+                for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
                        seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
                                                                   f"{'' if r['reached'] else ' (missed)'}", flush=True),

@@ -26,9 +26,12 @@ def test_the_eta_waits_for_readings_counts_down_to_the_target_and_is_zero_there(
     assert estimate(restarted, 0.95) is None              # the new attempt has too few readings of its own
 
 
-def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path):
+def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path, monkeypatch):
     """One look at a run dir: a reading written before the run began is not the run's; the ETA
-    goes to the status line and to eta.jsonl, and the same reading is not shown twice."""
+    goes to the status line and to eta.jsonl, and the same reading is neither shown twice nor
+    fitted again (a fit takes up to a second of a core the training needs)."""
+    from omnitune.efficiency import eta
+
     lines = readings(30)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"half a li')
     shown = []
@@ -37,7 +40,10 @@ def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path):
     kept = [json.loads(x) for x in (tmp_path / "eta.jsonl").read_text().splitlines()]
     assert kept[0]["iteration"] == last and kept[0]["eta_s"] == pytest.approx(float(shown[0].split("ETA ")[1]
                                                                                      .split("s")[0]), abs=0.5)
+    fits = []
+    monkeypatch.setattr(eta, "estimate", lambda *a: fits.append(a))
     assert cli_app._eta_step(tmp_path, 0.95, lines[0]["time"], shown.append, last) == last and len(shown) == 1
+    assert not fits
     assert cli_app._eta_step(tmp_path, 0.95, lines[-1]["time"] + 1, shown.append, None) is None   # none since
 
 

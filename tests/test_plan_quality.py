@@ -55,7 +55,7 @@ def test_the_plan_runs_as_omnitune_run_runs_it_and_its_pauses_count(tmp_path, mo
         reached = "s1" in out_dir
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None, replan_s=2.0,
                                replans=1, iterations=100, final_accuracy=0.9, final_loss=0.3, measured_sec_per_iter=0.1,
-                               started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None, first_pause_at_s=5.0)
+                               started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None, first_pause_at_s=5.0, repaced=None)
     monkeypatch.setattr(plan_quality.job, "run", run)
     for k in (1, 2):
         (tmp_path / f"p{k}.json").write_text((DATA / "plan-v1.json").read_text())

@@ -62,13 +62,14 @@ def test_learning_rate_is_found_over_decades_then_refined(sample_profile):
 def test_batches_are_compared_before_the_rate_is_refined(sample_profile):
     """A short budget goes to which batch before a rate's last half decade: after the decades at
     the reference, every other batch at the best rate and the scaled one; the refinement last,
-    half a decade either side of the best of those, at its setup."""
+    half a decade either side of the best of those, at its setup, the larger first (where the
+    budget holds one, short-horizon bias would favour the smaller)."""
     prober = FakeProber()
     planning.search(sample_profile, planning.Space(protocols=("sync",)), prober)
     calls = [c for c, _ in prober.calls]
     ref = calls[0].batches
     assert [c.lr for c in calls[:4]] == list(planning.space.LR_DECADES) and all(c.batches == ref for c in calls[:4])
-    *others, below, above = calls[4:]
+    *others, above, below = calls[4:]
     setups = planning.enumerate_setups(sample_profile, planning.Space(protocols=("sync",)))
     assert {c.batches for c in others} == {s.batches for s in setups if planning.space.faster_twin(s, setups) is None} - {ref}
     assert below.batches == above.batches and above.lr / below.lr == pytest.approx(9, rel=0.1)
@@ -635,6 +636,23 @@ def test_setups_the_model_puts_above_every_measured_one_are_timed_before_the_sea
     assert best.model_sec_per_iter is not None or not unmeasured(sample_profile)(best.config)
     slowed = [s for s in found.scored if setup_of(s.config) == slow]
     assert slowed and all(s.sec_per_iter == pytest.approx(10 * model[slow]) for s in slowed)
+
+
+def test_a_setup_the_model_puts_only_a_little_above_the_measured_ones_is_not_timed_before_the_search():
+    """time_fastest times a setup only where the model puts it TIMING_GAIN above the fastest
+    measured one (100 samples a second): 105 is not worth a job of seconds before the search, 130
+    is. Fails if every setup above the measured ones is timed."""
+    from omnitune.core.protocols import Sync
+    from omnitune.planning.space import Setup
+    from omnitune.planning.timed import TIMING_GAIN, time_fastest
+
+    def setup(batch, samples_per_s):
+        return Setup("one-worker", Sync(), (("cpu0",),), batch, ((batch,),), batch / samples_per_s)
+    measured, little, much = setup(8, 100.0), setup(16, 100.0 * (1 + TIMING_GAIN / 2)), setup(32, 130.0)
+    timer = FakeTimer(sec=lambda c: c.batch / 120.0)
+    out = time_fastest([measured, little, much], timer, lambda c: c.batch != 8)
+    assert [c.batch for c in timer.calls] == [32]
+    assert [s.sec_per_iter for s in out] == [measured.sec_per_iter, little.sec_per_iter, pytest.approx(32 / 120.0)]
 
 
 def test_a_timed_setup_that_runs_as_predicted_wins_and_the_plan_keeps_both_figures(sample_profile):

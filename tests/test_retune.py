@@ -248,6 +248,72 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         [(1000 - p) * int(p) / (p + 0.1 * (p - b)) for p, b in zip(pauses, began)])
 
 
+@pytest.mark.parametrize("predicted", [None, 1000, 5000])
+def test_a_schedule_is_refitted_at_the_runs_own_pace(tmp_path, monkeypatch, predicted):
+    """run_with_replans on a fake clock, its pace check at 12 s of a 240-s limit and the first pause
+    past the limit: the fake trains 10 iterations a second, where the plan's 0.2 s an iteration
+    spanned its schedule over 1,200. At the check the horizon becomes the iterations the limit
+    leaves at the run's pace (its evaluations in it): where the plan predicted none, it ends there;
+    a predicted horizon stays (1,000) or is cut there (5,000). The next segment resumes from the
+    check's checkpoint with that spec (plan-paced.json), the summary says what changed, no pause is
+    counted, and the resume's cost is the run's tuning. Fails if the check re-tunes, keeps the
+    plan's horizon, or ignores the limit."""
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    launched = []
+
+    def run_job(args):
+        launched.append(args)
+        clock["t"] += job.RESTART_S
+        end = min(args.stop_at_s, 240.0)
+        evals = 0.1 * (end - clock["train"])
+        clock["t"] += end - clock["train"] + evals
+        clock["train"] = end
+        return RunSummary(1, False, None, None, int(10 * end), 0.5, 0.99, None, 0.2, 0.1, end + evals, evals, "",
+                          "sync", 1, (int(10 * end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        raise AssertionError("the pace check is no pause")
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "pace_check_at", lambda spec, limit, start: start + job.PACE_CHECK_SHARE * limit)
+    horizon = 1200 if predicted is None else predicted
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], horizon=horizon))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=240))
+    s = job.run_with_replans(plan, replace(args, max_time_s=240, predicted_sec_per_iter=0.2), None, replan,
+                             first_pause_s=100.0, from_limit=predicted is None)
+    assert [a.stop_at_s for a in launched][0] == pytest.approx(12.0)
+    limit = 120 + round((240 - 12.0) * 120 / 13.2)           # 2,193: at 120 / 13.2 s, from 12 s of training
+    assert launched[1].spec.horizon == {None: limit, 1000: 1000, 5000: limit}[predicted]
+    assert plan_mod.load(launched[1].plan_path).spec == launched[1].spec
+    assert launched[1].resume_from == str(tmp_path / "run" / "checkpoint.pt")
+    assert s.repaced["before"] == horizon and s.repaced["after"] == launched[1].spec.horizon
+    assert s.repaced["sec_per_iter"] == 0.1 and s.repaced["predicted_sec_per_iter"] == 0.2
+    assert s.replans == 0 and not (tmp_path / "run" / "replans.jsonl").exists()
+    assert s.replan_s == pytest.approx(job.RESTART_S)        # the resume after the check is the run's to pay
+
+
+def test_the_pace_check_is_for_a_schedule_with_a_time_limit():
+    from dataclasses import replace
+
+    from omnitune.runtime.job import PACE_CHECK_SHARE, pace_check_at
+    from tests.conftest import make_spec
+
+    lm = make_spec("sync", [["cpu0"]], workload="charlm-stdlib", horizon=2000)     # warm-up, then cosine
+    assert pace_check_at(lm, 240.0, 3.0) == pytest.approx(3.0 + PACE_CHECK_SHARE * 240.0)
+    assert pace_check_at(lm, math.inf, 0.0) is None
+    assert pace_check_at(replace(lm, horizon=0), 240.0, 0.0) is None
+    assert pace_check_at(replace(lm, target_accuracy=None), 240.0, 0.0) is None
+    assert pace_check_at(replace(lm, workload="lenet-digits"), 240.0, 0.0) is None     # a constant rate
+
+
 def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():
     """A run that swings reads stalled at one evaluation and not at the next: the pause counts the
     segment, not its latest evaluation."""

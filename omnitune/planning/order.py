@@ -21,7 +21,12 @@ from omnitune.planning.ranking import LOSS_TIE, RankKey
 from omnitune.planning.space import Scored, Setup, faster_twin
 from omnitune.planning.trials import Trials
 
-LR_REFINE = (1 / 3, 3.0)                  # after the cold start, about half a decade either side of the best
+# After the cold start, about half a decade either side of the best, the larger first: where the
+# budget holds one of them, the lower one's short probe would read better whatever the run needs
+# (short-horizon bias), and the larger wins a tie (ranking.LOSS_TIE). charlm-stdlib's 11-s budget
+# held one: lr 3.3e-4 was probed and 3e-3, whose runs reach the target in 124-170 s against 1e-3's
+# 171-183 s, was not.
+LR_REFINE = (3.0, 1 / 3)
 RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
 STOP_GAIN = 0.10                          # climb a ladder only while samples per second improve this much
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import pickle
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,16 +22,15 @@ from typing import Callable
 import torch
 
 from omnitune.core import plan as plan_mod
-from omnitune.core.cluster import is_loopback
 from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
-from omnitune.runtime import checkpoint, launch as launch_mod, segments
+from omnitune.runtime import checkpoint, launch as launch_mod, segments, workload as workload_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
-from omnitune.runtime.topology import nodes, roles
+from omnitune.runtime.topology import nodes
 
 # (run spec, checkpoint, why the run paused: "schedule", "stall", "off pace" or "divergence") -> (the re-tuned
 # run spec, a record of what was tried, for replans.jsonl)
@@ -144,7 +142,8 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     body = functools.partial(run_with_replans, plan, job, options.replan_every_s, replan, first_pause_s,
-                             restart_s=RESUME_S if segments.waits(job) else RESTART_S)
+                             restart_s=RESUME_S if segments.waits(job) else RESTART_S,
+                             from_limit=plan.prediction.iters_to_target is None)
     return segments.resident(body, run_job)
 
 
@@ -166,71 +165,6 @@ def run_spec(spec: RunSpec, out_dir: str, max_time_s: float = 300.0, eval_every_
     options = RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s, resume=resume)
     job = prepare(spec, out_dir, options, start_from=start_from)
     return run_job(dataclasses.replace(job, **experiment))
-
-
-def node_commands(plan_path: str, options: list[str]) -> list[str]:
-    """The `omnitune run` command of each node of the plan, each after a comment saying what runs there."""
-    spec = plan_mod.load(plan_path).spec
-    everyone = roles(spec)
-    lines = []
-    for n in nodes(spec):
-        kinds = [everyone[r].device.id if everyone[r].device else "parameter server" for r in n.ranks]
-        note = " (the coordinator: metrics, checkpoint and summary are written here)" if 0 in n.ranks else ""
-        lines.append(f"# node {n.index} on {n.host}: {', '.join(kinds)}{note}")
-        lines.append(shlex.join(["omnitune", "run", plan_path, "--node-rank", str(n.index), *options]))
-    return lines
-
-
-def slurm_script(plan_path: str, options: list[str], out_dir: str) -> str:
-    """An sbatch script of the plan: one Slurm task per node, each running its node's command with
-    `--node-rank` from `$SLURM_NODEID`, and `--resume` once Slurm requeued the job and the
-    coordinator's checkpoint is there. The plan fixes the hosts and the rendezvous, so the
-    script asks Slurm for the plan's hosts (unless they are loopback) and says so."""
-
-    spec = plan_mod.load(plan_path).spec
-    everyone = nodes(spec)
-    gpus = max((r.device.cuda_index + 1 for r in roles(spec) if r.device and r.device.kind == "cuda"), default=0)
-    hosts = list(dict.fromkeys(n.host for n in everyone))
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name=omnitune-{Path(plan_path).stem}",
-             f"#SBATCH --nodes={len(everyone)}",
-             "#SBATCH --ntasks-per-node=1",
-             "#SBATCH --exclusive",
-             "#SBATCH --requeue",
-             "#SBATCH --open-mode=append"]
-    lines += [f"#SBATCH --gres=gpu:{gpus}"] if gpus else []
-    loopback = any(is_loopback(h) for h in hosts)
-    lines += [] if loopback else [f"#SBATCH --nodelist={','.join(hosts)}"]
-    lines += ["# add your site's options here: #SBATCH --partition=... --account=... --time=...",
-              "#",
-              f"# `omnitune run {plan_path}` (written by --print-commands --format slurm). The plan fixes each",
-              f"# node's host and the rendezvous ({spec.rendezvous}), so Slurm's node I ($SLURM_NODEID)",
-              "# must be the plan's node I:"]
-    lines += ["#   " + line[2:] for line in node_commands(plan_path, options) if line.startswith("# ")]
-    if loopback:
-        lines += ["# Loopback hosts: these nodes meet only on one machine, not on separate Slurm nodes.",
-                  "# For a cluster, plan from a cluster spec that names the nodes' addresses."]
-    else:
-        lines += ["# --nodelist takes Slurm's node names: where they differ from these hosts, write them."]
-    if "--checkpoint-every-s" not in options:
-        lines += ["# A requeued job resumes from the coordinator's checkpoint, but this run writes none",
-                  "# (no --checkpoint-every-s): requeued, it starts over."]
-    lines += ["# --exclusive: the plan gives its workers each node's threads and GPUs.",
-              "# Each node needs omnitune on PATH, the plan, the workload and its data; relative paths",
-              "# start from the folder sbatch ran in.",
-              ""]
-    indices = [n.index for n in everyone]
-    rank = '"$SLURM_NODEID"' if indices == list(range(len(everyone))) else \
-        '"${ranks[$SLURM_NODEID]}"'
-    command = " ".join([shlex.join(["omnitune", "run", plan_path, "--node-rank"]), rank, *map(shlex.quote, options)])
-    task = ([f"ranks=({' '.join(map(str, indices))})"] if rank != '"$SLURM_NODEID"' else []) + [
-        "resume=",
-        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && '
-        f"[ -f {shlex.quote(str(Path(out_dir) / checkpoint.FILE))} ]; then resume=--resume; fi",
-        f"exec {command} $resume"]
-    lines.append(f"srun --ntasks={len(everyone)} --ntasks-per-node=1 bash -c " +
-                 shlex.quote("".join("\n  " + t for t in task)))
-    return "\n".join(lines)
 
 
 def run_job(job: JobArgs) -> RunSummary | None:
@@ -265,6 +199,13 @@ RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the trainin
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
 RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet),
 RESUME_S = 0.15          # or, where the processes wait for the next segment (segments.py), going on (0.07-0.15 s)
+# A recipe's schedule spans the plan's predicted iterations, or the iterations the profile's step
+# time fits in the time limit (`scheduled`). That step time missed charlm-stdlib's one worker at
+# batch 8 by -19% to +75% over four profiles (0.069-0.149 s, the runs 0.082-0.088 s): a schedule
+# that ends at 137 s of 240 left a run at its floor rate, short of its target. So a re-tuned run
+# re-fits the horizon at its own pace once it has trained PACE_CHECK_SHARE of its time limit: a
+# segment boundary with no probes (`paced`).
+PACE_CHECK_SHARE = 0.05
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -276,25 +217,30 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
 
 def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner,
                      first_pause_s: float | None = None, launch: Callable[[JobArgs], RunSummary] | None = None,
-                     restart_s: float = RESTART_S) -> RunSummary:
+                     restart_s: float = RESTART_S, from_limit: bool = False) -> RunSummary:
     """The run in segments, re-tuned between them; `launch` runs a segment (default `run_job`:
     new processes for each; segments.py keeps them). A pause costs what the run waits for: the
     re-tuning probes and the restart of the processes after them (the next segment's wall time
     less its training and evaluation: `restart_s` until measured). The next pause comes at
     `next_stop`, or every `every_s` seconds of training. Until a pause is timed, its probes are
-    taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart."""
+    taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart.
+    A schedule is re-fitted at the run's pace first (`pace_check_at`, `paced`; `from_limit`: its
+    horizon spans the time limit, the plan predicting no iterations)."""
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
     launch = launch or run_job
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
     probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s      # estimates, until measured
     wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
-    started_at_s, first_stop_s = train_s, None
+    started_at_s, first_stop_s, resumed, repaced = train_s, None, False, None
+    check_s = pace_check_at(job.spec, job.max_time_s, train_s)
     while True:
         # What re-tuning has cost by the next pause: what was spent, the restart the last pause
         # still owes (paid as this segment starts), and the next pause itself.
         before_s, cost_s = spent_s + owed_s, probes_s + restart_s
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
         first_stop_s = stop_s if first_stop_s is None else first_stop_s
+        pacing = check_s is not None and check_s < stop_s
+        stop_s, check_s = (check_s, None) if pacing else (stop_s, check_s)
         # A stall pauses the run at once where a pause fits the budget. A run off pace (at the
         # pace of its latest half of training it would miss its target within its time limit)
         # pauses as well once that half lasted as long as the pause costs: waiting that long
@@ -310,7 +256,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
                                              pace_wait_s=cost_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
-        if replans:          # this segment began with a restart after a pause
+        if resumed:          # this segment began with a restart after a pause
             restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
             spent_s, owed_s = spent_s + restart_s, 0.0
         # The next segment's clock starts at this one's training time (its checkpoint's): the
@@ -318,7 +264,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         train_s = wall_before = summary.wall_s - summary.eval_s
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
-        began = time.perf_counter()
+        began, resumed = time.perf_counter(), True
+        if pacing and summary.wall_s >= stop_s:     # the segment ran to the check: no pause, a new schedule
+            spec = paced(job.spec, summary, job.max_time_s, from_limit)
+            repaced = {"iteration": summary.iterations, "train_s": train_s, "before": job.spec.horizon,
+                       "after": spec.horizon, "sec_per_iter": summary.measured_sec_per_iter,
+                       "predicted_sec_per_iter": job.predicted_sec_per_iter}
+            plan, job = replanned(plan, job, spec, run_dir / "plan-paced.json")
+            owed_s = restart_s
+            continue
         why = pause_why([r for r in readings(run_dir) if r.get("train_s", 0.0) > segment_from_s])
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
@@ -330,19 +284,49 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
         append_jsonl(run_dir / "replans.jsonl", record)
-        plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
-        plan_path = run_dir / f"plan-replan-{replans}.json"
-        plan_mod.save(plan, plan_path)
         # A divergence the pause found no better setting for was most likely noise: the run no
         # longer stops for one (each stop would cost a pause, and change nothing).
-        job = dataclasses.replace(job, spec=spec, plan_path=str(plan_path), resume_from=str(run_dir / checkpoint.FILE),
-                                  diverge_stop=job.diverge_stop and not (why == "divergence" and not record["switched"]))
+        plan, job = replanned(plan, dataclasses.replace(
+            job, diverge_stop=job.diverge_stop and not (why == "divergence" and not record["switched"])),
+            spec, run_dir / f"plan-replan-{replans}.json")
     # A later segment resumes from the pause's checkpoint: the run itself started at the first's.
     summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
                                   diverged_at_s=diverged_at_s, started_at_s=started_at_s,
-                                  first_pause_at_s=first_stop_s)
+                                  first_pause_at_s=first_stop_s, repaced=repaced)
     save_summary(summary, run_dir / "summary.json")
     return summary
+
+
+def replanned(plan: plan_mod.Plan, job: JobArgs, spec: RunSpec, path: Path) -> tuple[plan_mod.Plan, JobArgs]:
+    """The plan and job of the next segment: `spec`, saved as a plan at `path` (resident
+    processes read it there), resumed from the run's checkpoint."""
+    plan = dataclasses.replace(plan, spec=spec, implicit_momentum=spec.variant.implicit_momentum())
+    plan_mod.save(plan, path)
+    return plan, dataclasses.replace(job, spec=spec, plan_path=str(path),
+                                     resume_from=str(Path(job.run_dir) / checkpoint.FILE))
+
+
+def pace_check_at(spec: RunSpec, max_time_s: float, start_s: float) -> float | None:
+    """The training time at which a run re-fits its schedule at its own pace (PACE_CHECK_SHARE of
+    its time limit in); None where nothing would change: no time limit, no horizon or no target,
+    or a recipe at a constant rate."""
+    if spec.horizon <= 0 or spec.target is None or not math.isfinite(max_time_s):
+        return None
+    if workload_mod.load(spec.workload).recipe.schedule == "constant":
+        return None
+    return start_s + PACE_CHECK_SHARE * max_time_s
+
+
+def paced(spec: RunSpec, summary: RunSummary, max_time_s: float, from_limit: bool) -> RunSpec:
+    """The spec with its schedule re-fitted at the pace the run kept (`iterations_left`): a horizon
+    that spans the time limit (`from_limit`) ends where the limit now comes; one the plan
+    predicted ends there at the latest."""
+    left = iterations_left(summary, max_time_s)
+    if left is None:
+        return spec
+    last = summary.iterations + round(left)
+    horizon = last if from_limit else min(spec.horizon, last)
+    return dataclasses.replace(spec, horizon=max(summary.iterations + 1, horizon))
 
 
 def pause_why(segment: list[dict]) -> str:
