@@ -351,9 +351,9 @@ def _following(run_dir: Path, plan_path: Path, show):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         last, wait_s = None, ETA_EVERY_S
         while not stop.wait(wait_s):
-            began = time.process_time()
+            began = time.thread_time()       # this thread's: a pause's probes train in another of this process
             last = _eta_step(run_dir, target, since, show, last)
-            wait_s = max(ETA_EVERY_S, (time.process_time() - began) / ETA_SHARE)
+            wait_s = max(ETA_EVERY_S, (time.thread_time() - began) / ETA_SHARE)
     thread = threading.Thread(target=follow, daemon=True)
     if target is not None:
         thread.start()
