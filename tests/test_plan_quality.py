@@ -225,3 +225,27 @@ def test_a_journal_of_another_grid_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="j.jsonl: screen0"):
         plan_quality.bench("lenet-digits", plan_quality.Bench(0.9, 30.0, False, (0.03,), (16,)), False, tmp_path,
                            seeds=(1,), journal=Journal(tmp_path / "j.jsonl"))
+
+
+def test_a_default_measured_again_at_a_longer_cap_keeps_the_rest_of_the_row(tmp_path, monkeypatch):
+    """default_again (--default-cap-s): the default runs again at the longer cap, seed by seed beside
+    the row's oracle configuration; the plan's figures stay, default / plan is the new default's
+    over the kept plan's, and the oracle again is recorded apart. Fails if the plan or finalists
+    run again, if the default keeps the row's cap, or if the oracle's figure is replaced."""
+    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    stub_bench(monkeypatch, [], None)
+    row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1, 2))
+    calls, limits = [], []
+    stub_bench(monkeypatch, calls, None)
+    measure = plan_quality.measure
+    monkeypatch.setattr(plan_quality, "measure", lambda spec, work, tag, limit_s, start=None:
+                        limits.append(limit_s) or measure(spec, work, tag, limit_s, start))
+    again = plan_quality.default_again("lenet-digits", b, row, tmp_path, 90.0, seeds=(1, 2))
+    assert calls == ["lenet-digits-default-s1", "lenet-digits-oracle-s1", "lenet-digits-default-s2",
+                     "lenet-digits-oracle-s2"] and limits == [90.0] * 4
+    assert again["default_cap_s"] == 90.0 == again["default"]["cap_s"]
+    assert again["plan"] == row["plan"] and again["oracle"] == row["oracle"]
+    assert again["default_over_plan"] == again["default"]["median_s"] / row["plan_time_to_target_s"]
+    check = again["default_check"]
+    assert check["oracle_before_s"] == row["oracle_time_to_target_s"]
+    assert check["default_over_oracle_again"] == again["default"]["median_s"] / check["oracle_again"]["median_s"]
