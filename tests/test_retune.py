@@ -55,22 +55,6 @@ def test_a_pause_reads_only_what_it_may_switch_to():
     assert {s.batch for s in going} == {0.5, 1.0, 2.0} and len(going) == 5
 
 
-def test_a_stalled_pause_also_reads_larger_batches_at_the_current_rate():
-    """Less gradient noise per sample without a lower rate (gru-count: batch 8 at lr 0.1 swung for
-    240 s; batch 64 at lr 0.02 reached its target in 31 s): where the model prices them, a stalled
-    run's pause reads twice and four times the batch at its rate; a run that is not stalled does
-    not (a lower rate per sample). Fails if they are read in every pause, or never."""
-    from tests.conftest import make_spec
-
-    two = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
-    stalled = retune.spec_candidates(two, calibrated_step_s(), stalled=True)
-    assert {s for s in stalled if s.lr == 0.1 and s.batch > 1} == {retune.Setting(0.1, 0.9, 2.0),
-                                                                    retune.Setting(0.1, 0.9, 4.0)}
-    assert len(stalled) == 9
-    assert all(s.lr != 0.1 or s.batch == 1 for s in retune.spec_candidates(two, calibrated_step_s(), stalled=False))
-    assert retune.spec_candidates(two, None, stalled=True) == candidates(0.1, 0.9, False)
-
-
 def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, monkeypatch):
     """probe.retune reads the current setting first; where it diverges from the checkpoint, the
     pause reads every candidate, the lower rates too, though the run was not stalled, and goes

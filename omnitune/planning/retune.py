@@ -9,8 +9,7 @@ most a tenth of the training time so far, so a short run is never paused.
 
 What: the current learning rate and ×3, ÷3, ×10, ÷10 of it at the current momentum; with
 asynchrony, the current rate at Omnivore's momenta as well; where the hardware model gives their
-step times, twice and half the batch at twice and half the rate, and, for a stalled run, twice and
-four times the batch at the current rate (`candidates`). A batch is read
+step times, twice and half the batch at twice and half the rate (`candidates`). A batch is read
 after as many updates as fit in the current setting's time (probing/probe.py): the hardware
 efficiency is in the comparison. Its rate follows the batch (linear scaling, Goyal et al. 2017),
 so that the gradient's noise per sample stays and short-horizon bias (below) neither favours
@@ -39,7 +38,7 @@ against 10,300. So a pause lowers the rate only where the run's own readings say
 or the cool-down reaches the target; otherwise it may raise it.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
-prices: 7 readings, the repeats counted, not 11).
+prices: 7 readings, the repeats counted, not 9).
 
 When the chosen setting's cool-down reaches the target on the validation subset, the run goes
 on at the cooled rate: a rate that sits on a plateau below the target while a lower one would
@@ -66,11 +65,6 @@ COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
 COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
 
 BATCH_STEPS = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
-# A stalled run's larger batches at the current rate: less gradient noise per sample, as a lower
-# rate has, on the hardware's terms. The held-out gru-count, planned at batch 8, lr 0.1, swung at
-# accuracy 0.3-0.8 for 240 s while its pauses lowered the rate a third at a time; the best fixed
-# configuration found was batch 64 at lr 0.02 (31 s), which no pause could read.
-QUIETER = (2.0, 4.0)
 PROTOCOL_GAIN = 0.1      # another protocol is a candidate where it trains this much more samples a second
 PROTOCOLS = 2            # and at most this many, the fastest
 
@@ -91,17 +85,14 @@ class Setting(NamedTuple):
 
 
 def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[float, ...] = (),
-               protocols: tuple[tuple[Variant, float, float], ...] = (),
-               quieter: tuple[float, ...] = ()) -> list[Setting]:
+               protocols: tuple[tuple[Variant, float, float], ...] = ()) -> list[Setting]:
     """The settings a pause compares, the current one first; `batches`: the batch scales whose
     step times the hardware model gives, each at its scaled rate; `protocols`: other variants
-    with their rate and momentum (`faster_protocols`); `quieter`: batch scales at the current
-    rate (a lower rate per sample, which only a stalled run reads: `readable`)."""
+    with their rate and momentum (`faster_protocols`)."""
     out = [Setting(rate(lr, f), momentum) for f in LR_STEPS]
     if asynchronous:
         out += [Setting(lr, m) for m in OMNIVORE_MOMENTA]
     out += [Setting(rate(lr, f), momentum, f) for f in batches]
-    out += [Setting(lr, momentum, f) for f in quieter]
     out += [Setting(v_lr, m, 1.0, v) for v, v_lr, m in protocols]
     return list(dict.fromkeys(out))
 
@@ -110,14 +101,13 @@ def spec_candidates(spec: RunSpec, step_s: StepTime | None, stalled: bool = True
     """`candidates` for a running spec: with asynchrony, the momenta; with the hardware model,
     the batches and protocols it prices; `readable` of them, as the run is `stalled` or not."""
     return readable(candidates(spec.lr, spec.momentum, spec.variant.implicit_momentum() > 0,
-                               batch_scales(spec, step_s), faster_protocols(spec, step_s),
-                               batch_scales(spec, step_s, QUIETER)), stalled)
+                               batch_scales(spec, step_s), faster_protocols(spec, step_s)), stalled)
 
 
 def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     """The `settings` (the current one first) a pause reads: for a run that is not stalled, none
     of a lower rate per sample of batch, which `challenger` passes over (short-horizon bias); of
-    a sync plan's 9 candidates where the profile prices its batches, 5. A stalled run's pause
+    a sync plan's 7 candidates where the profile prices its batches, 5. A stalled run's pause
     reads them all: a stall may be a rate too high to settle or one too low to move
     (lenet-digits at lr 0.001 sits at chance and stalls)."""
     if stalled:
@@ -125,12 +115,12 @@ def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     return [c for c in settings if c.noise >= settings[0].noise * (1 - 1e-3)]
 
 
-def batch_scales(spec: RunSpec, step_s: StepTime | None, steps: tuple[float, ...] = BATCH_STEPS) -> tuple[float, ...]:
-    """The `steps` (batch scales) a pause may try: those that change a batch and whose step time
-    the hardware model gives (none without one)."""
+def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
+    """The BATCH_STEPS a pause may try: those that change a batch and whose step time the
+    hardware model gives (none without one)."""
     if step_s is None or not step_s(spec):
         return ()
-    return tuple(f for f in steps if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
+    return tuple(f for f in BATCH_STEPS if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
 
 
 def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Variant, float, float], ...]:
