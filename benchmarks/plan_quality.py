@@ -1,7 +1,7 @@
 """Do omnitune's plans win? The plan against an oracle grid and a user's default, in real runs.
 
-    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan]] [--seeds N] [--small-budget-s S]
-                                      [--work-dir DIR]
+    python -m benchmarks.plan_quality [--quick] [--only NAME [--replan | --default-cap-s S]] [--seeds N]
+                                      [--small-budget-s S] [--work-dir DIR]
 
 On each workload: (a) omnitune's own profile + plan (timed apart) + run; (b) an oracle grid
 over the planner's own space (layout and protocol, g, per-device batch, learning rate over a
@@ -17,7 +17,9 @@ Every grid point is screened once (seed 0); a screening run stops at 1.5× the b
 so far and then counts as at least that. The grid's best 4, the plan and the default then run
 with seeds 1, 2, 3 (`--seeds N`: 1 to N), seed by seed across them (interleaved, so the
 machine's drift falls on all alike): medians and min–max are reported. A run that misses the target counts as its
-time limit, the workload's stated cap.
+time limit, the workload's stated cap. Where the default missed that cap in every run, its
+time is a floor; `--only NAME --default-cap-s S` runs the default alone again to S (its schedule
+over S), beside the row's oracle configuration, and keeps the row's other figures.
 
 The plan is omnitune's whole path with each seed: `plan` with that seed, then its run as
 `omnitune run` runs it: from where the chosen probe stopped, re-tuned during the run. That probe's
