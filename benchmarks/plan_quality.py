@@ -45,8 +45,8 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from functools import partial
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from benchmarks.common import RESULTS, Journal, band_holds, print_rows, write_results
@@ -510,6 +510,8 @@ def main() -> None:
             previous = next((r for r in rows if r["name"] == name), None) if again else None
             if again and previous is None:
                 parser.error(f"--replan/--default-cap-s: no row for {name} in the last run to go on from")
+            if args.default_cap_s is not None and args.default_cap_s <= b.cap_s:
+                parser.error(f"--default-cap-s must be above {name}'s cap, {b.cap_s:g} s, got {args.default_cap_s:g}")
             journal = Journal(args.work_dir / f"{name}.journal.jsonl" if args.work_dir else None)
             options = {"quick": args.quick, "replan": args.replan, "small_budget_s": args.small_budget_s,
                        **({"default_cap_s": args.default_cap_s} if args.default_cap_s is not None else {})}
