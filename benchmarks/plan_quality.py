@@ -215,6 +215,25 @@ def describe(c: Config) -> dict:
             "momentum": c.momentum}
 
 
+def journaled_profile(journal: Journal, name: str, b: Bench, quick: bool, work: Path):
+    """The workload's profile of this machine, its path and the seconds it took: measured, or read
+    back where the journal holds it (a run cut off went on)."""
+    prof_path = work / f"{name}.profile.json"
+    if (kept := journal.get("profile")) is not None:
+        return profile_mod.load(prof_path), prof_path, kept.get("profile_s")
+    start = time.perf_counter()
+    prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(quick), work / "logs")
+    profile_s = time.perf_counter() - start
+    profile_mod.save(prof, prof_path)
+    journal.put("profile", {"profile_s": profile_s})
+    return prof, prof_path, profile_s
+
+
+def said(tag: str, seed: int, run: dict) -> None:
+    """A finished run's line, as interleaved() hands it on."""
+    print(f"{tag} seed {seed}: {run['time_s']:.1f}s{'' if run['reached'] else ' (missed)'}", flush=True)
+
+
 def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = None, seeds=SEEDS,
           small_s: float | None = None, journal: Journal | None = None) -> dict:
     """One workload's row. With `previous` (its row from the last run, --replan): profile and plan
@@ -225,15 +244,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     With a `journal` on a folder kept between runs (--work-dir), what a run cut off had finished
     (the profile, each seed's plan, each screening and each run) is read back, not measured again."""
     journal = journal or Journal()
-    prof_path = work / f"{name}.profile.json"
-    if (kept := journal.get("profile")) is not None:
-        prof, profile_s = profile_mod.load(prof_path), kept["profile_s"]
-    else:
-        start = time.perf_counter()
-        prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(quick), work / "logs")
-        profile_s = time.perf_counter() - start
-        profile_mod.save(prof, prof_path)
-        journal.put("profile", {"profile_s": profile_s})
+    prof, prof_path, profile_s = journaled_profile(journal, name, b, quick, work)
     seeds = seeds[:1] if quick else seeds
     plans = {seed: journaled_plan(journal, f"plan-s{seed}", prof, prof_path, name, b, seed, work,
                                   longer=seed == seeds[0]) for seed in seeds}
@@ -271,9 +282,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
              **{f"best{k}": fixed_spec(prof, b.spec(name), b.goal, s["config"], b.cap_s, s.get("sec_per_iter"))
                 for k, s in enumerate(ranked)}}
     done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items() if tag not in kept}, work, b.cap_s,
-                       seeds, on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
-                                                                  f"{'' if r['reached'] else ' (missed)'}", flush=True),
-                       journal=journal)
+                       seeds, on_run=said, journal=journal)
     result = {tag: kept.get(tag) or done[f"{name}-{tag}"] for tag in specs}
     planned, default = result["plan"], result["default"]
     finalists = [{**describe(s["config"]), **result[f"best{k}"]} for k, s in enumerate(ranked)]
@@ -325,20 +334,12 @@ def default_again(name: str, b: Bench, previous: dict, work: Path, cap_s: float,
     (`default_check`): the default's ratio to the plan spans two sessions, its ratio to the oracle
     does not, and the oracle again says how far this session's machine drifted from the row's."""
     journal = journal or Journal()
-    prof_path = work / f"{name}.profile.json"
-    if journal.get("profile") is not None:
-        prof = profile_mod.load(prof_path)
-    else:
-        prof = profiler.profile(local_cluster(), b.spec(name), None, profiler.Settings.make(False), work / "logs")
-        profile_mod.save(prof, prof_path)
-        journal.put("profile", {})
+    prof, _, _ = journaled_profile(journal, name, b, False, work)
     oracle = config_of(grid(prof, b, False), previous["oracle"])
     screened = next(s for s in previous["screening"] if describe(oracle).items() <= s.items())
     specs = {"default": fixed_spec(prof, b.spec(name), b.goal, default_config(prof, b), cap_s),
              "oracle": fixed_spec(prof, b.spec(name), b.goal, oracle, b.cap_s, screened.get("sec_per_iter"))}
-    done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items()}, work, cap_s, seeds,
-                       on_run=lambda tag, seed, r: print(f"{tag} seed {seed}: {r['time_s']:.1f}s"
-                                                          f"{'' if r['reached'] else ' (missed)'}", flush=True),
+    done = interleaved({f"{name}-{tag}": spec for tag, spec in specs.items()}, work, cap_s, seeds, on_run=said,
                        journal=journal)
     default, again = done[f"{name}-default"], done[f"{name}-oracle"]
     return {**previous, "default": {**default, "cap_s": cap_s}, "default_cap_s": cap_s,
