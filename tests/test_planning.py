@@ -840,6 +840,30 @@ def test_scouts_that_have_not_learned_train_longer_before_they_rank(sample_profi
     assert calls[1][0] == 0.01 and calls[1][1] < 2 * calls[0][1]       # the next decade: not the first, longer
 
 
+def test_a_scout_that_trains_longer_goes_on_from_where_it_stopped(sample_profile):
+    """With a prober that hands on, a scout that has not learned trains on from its hand-off
+    (20 -> 40 -> 80 iterations: 80 trained, not 140); the other decades start from scratch.
+    Fails if ProbeRunner.run trains a longer probe of the same configuration again from the start."""
+    calls = []
+
+    class Slow:
+        handoffs: dict = {}
+
+        def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+            calls.append((cfg.lr, start.iterations if start else 0, max_iters))
+            self.handoffs[cfg] = Continuing.Handoff(max_iters)
+            learned = max_iters >= 4 * calls[0][2]
+            r = ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached")
+            return dataclasses.replace(r, train_loss=1.5 if learned else 2.29, iters=max_iters, start_loss=2.3)
+    prober = Slow()
+    prober.handoffs = {}
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(32,))
+    planning.search(sample_profile, space, prober)
+    n = calls[0][2]
+    assert calls[:3] == [(0.1, 0, n), (0.1, n, 2 * n), (0.1, 2 * n, 4 * n)]
+    assert all(start == 0 for lr, start, _ in calls[3:] if lr != 0.1), calls
+
+
 def test_the_final_round_trains_on_only_as_far_as_the_budget_left_allows():
     """The finalists train on to FINAL_GROWTH times their probes' training time where the budget
     left covers it, to less where it does not, and not at all where it would not reach half again

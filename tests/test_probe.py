@@ -1,3 +1,5 @@
+import pytest
+
 from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
 from omnitune.efficiency.statmodel import ProbeStatus
 from omnitune.probing.probe import ProbeConfig, eval_schedule, make_prober, run_probe
@@ -68,3 +70,22 @@ def test_a_probe_goes_on_from_where_it_stopped(digits):
     assert [it for it, _ in more.curve] == [20, 40, 60, 80] and more.curve[:2] == first.curve
     assert went_on.train_s > stop.train_s
     assert more.curve[2][1] > first.curve[0][1]          # it learned on from there, not from scratch
+
+
+def test_a_probe_that_goes_on_reads_as_one_probe_of_all_its_iterations(digits):
+    """A probe of 40 iterations from where one of 20 stopped: its first loss is the first
+    probe's (a fresh probe's: the same first batch), its training loss the last quarter of all
+    40, its seconds both legs'. Fails if the first loss or the losses are the second leg's alone
+    (a scout that goes on would then always read as having learned nothing, or its loss be
+    averaged over another window than the probes it is ranked against). The second leg's batches
+    are a resumed run's (seed + iteration), not a fresh probe's, so its losses are not equal to
+    one."""
+    wl, train, test = digits
+    cfg = ProbeConfig(Sync(), ((32,),), 0.05, 0.9)
+    fresh, _ = run_probe(wl, train, test, cfg, 1.1, 40, 30, seed=0)
+    short, handoff = run_probe(wl, train, test, cfg, 1.1, 20, 30, seed=0)
+    went_on, end = run_probe(wl, train, test, cfg, 1.1, 40, 30, seed=0, start=handoff)
+    assert went_on.iters == end.iterations == 40 and len(end.losses) == 40
+    assert went_on.start_loss == short.start_loss == fresh.start_loss
+    assert went_on.train_loss == pytest.approx(sum(end.losses[30:]) / 10)
+    assert went_on.seconds > short.seconds and end.seconds == went_on.seconds

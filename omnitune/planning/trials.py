@@ -14,7 +14,7 @@ from omnitune.core.protocols import Variant
 from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
-from omnitune.planning.probes import ProbeRunner
+from omnitune.planning.probes import HandsOn, ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
 from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
 
@@ -87,10 +87,12 @@ class Trials:
         """Scouts that have not learned cannot rank rates: at 20 iterations every decade of
         shapes-resnet reads within noise of its untrained loss (2.30-2.40 against 2.39), and the
         search chose a rate whose run took twice the best one's. So while this scout's training
-        loss is less than LEARNED below its first minibatch's, it trains again at twice the
-        iterations (at most SCOUT_DOUBLINGS times); every later probe trains at least as many (the
+        loss is less than LEARNED below its first minibatch's, it trains on to twice the
+        iterations, from where it stopped (ProbeRunner.run; at most SCOUT_DOUBLINGS times), and
+        reads as one probe of them all would; every later probe trains at least as many (the
         phase), and the budget with no prediction covers SCOUTS decades of them beyond what was
-        spent; a budget that `--budget-s` pinned may not, and then the scouts stay as they are.
+        spent (this scout's going on, the others from scratch); a budget that `--budget-s` pinned
+        may not, and then the scouts stay as they are.
         False where the scout says nothing on this (none, or diverged): the next decade's decides."""
         for _ in range(budget_mod.SCOUT_DOUBLINGS):
             r = self.runner.results.get(s.probe(lr, mu, self.decay))
@@ -99,7 +101,12 @@ class Trials:
             if learned(r) or not isinstance(self.phase, ByTime):
                 return True
             longer = ByTime(2 * max(self.phase.least_iters, r.iters or 0))
-            scouts_s = budget_mod.SCOUTS * longer.least_iters * s.probe_sec_per_iter
+            # this scout's iterations beyond where it stopped, and the other decades' from scratch
+            prober, pc = self.runner.prober, s.probe(lr, mu, self.decay)
+            done = prober.handoffs[pc].iterations if isinstance(prober, HandsOn) and pc in prober.handoffs else None
+            iters = (budget_mod.SCOUTS * longer.least_iters if done is None
+                     else (budget_mod.SCOUTS - 1) * longer.least_iters + longer.least_iters - done)
+            scouts_s = iters * s.probe_sec_per_iter
             self.spending.at_least(self.spending.elapsed() + scouts_s, self.runner.predicted)
             if not self.spending.fits(longer.least_iters, s.probe_sec_per_iter):
                 return True          # a pinned budget (--budget-s) too small for longer scouts: rank these
@@ -150,6 +157,11 @@ class Trials:
             self.phase = ByLoss(iters * ref.sec_per_iter)
             self.log(f"no scout could predict the time to target: probes train {self.phase.train_s:.1f}s each "
                      "(predicted training time) and are ranked by their training loss")
+
+    def pruned(self, s: Setup, lr: float, mu: float) -> bool:
+        """Whether the probe of (s, lr, mu) was pruned: it lagged the median at equal training time."""
+        r = self.runner.results.get(s.probe(lr, mu, self.decay))
+        return r is not None and r.status == ProbeStatus.PRUNED
 
     def scout_rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
         """Before the phase is known: by time to target where a probe predicts one, else by loss."""

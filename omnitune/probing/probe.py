@@ -42,6 +42,8 @@ class Handoff:
     iterations: int
     train_s: float          # seconds it trained, its evaluations left out (as a run's clock counts)
     curve: tuple[tuple[int, float], ...] = ()    # its test accuracy so far, for a probe that goes on
+    losses: tuple[float, ...] = ()     # its training losses so far: one that goes on reads them as its own
+    seconds: float = 0.0               # its wall time so far, evaluations included
 
 
 def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: Target | float, max_iters: int,
@@ -50,7 +52,8 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: Target | floa
               schedule: list[int] | None = None, start: Handoff | None = None) -> tuple[ProbeResult, Handoff]:
     """Train until the test metric reaches `target` (a plain number: an accuracy), or `max_iters` /
     `max_seconds` run out. The curve holds the readings' scores (core/target.py);
-    from `start` when given (its iterations count toward `max_iters`, its curve leads this one's).
+    from `start` when given (its iterations count toward `max_iters`; its curve, training losses
+    and seconds lead this one's, so the result reads as one probe of all its iterations would).
     Returns the result and where it stopped.
 
     Evaluates at the iterations of `schedule` (default: every `eval_every`), moved up to where the
@@ -69,7 +72,7 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: Target | floa
     else:
         emu = emulator(wl, train, cfg, seed, start.state["model"], start.state["optimizer"], start.iterations)
     curve: list[tuple[int, float]] = list(start.curve) if start else []
-    losses: list[float] = []
+    losses: list[float] = list(start.losses) if start else []
     status, k, eval_s = ProbeStatus.TRAINED, 0, 0.0
     while k < len(points) and points[k] <= emu.it:
         k += 1
@@ -90,13 +93,14 @@ def run_probe(wl: Workload, train, test, cfg: ProbeConfig, target: Target | floa
             if on_eval(*curve[-1]):
                 status = ProbeStatus.PRUNED
                 break
-    seconds = time.perf_counter() - began
+    leg_s = time.perf_counter() - began
+    seconds = (start.seconds if start else 0.0) + leg_s
     r = summarise(cfg, curve, target.score, status, emu.mean_staleness, seconds,
                   None if target.on_loss else len(test))      # a loss reading's noise is not binomial
     r = replace(r, train_loss=tail_loss(losses) if status != ProbeStatus.DIVERGED else None, iters=emu.it,
                 start_loss=losses[0] if losses and math.isfinite(losses[0]) else None)
-    trained = (start.train_s if start else 0.0) + seconds - eval_s
-    return r, Handoff(cfg, emu.checkpoint_state(), emu.it, trained, tuple(curve))
+    trained = (start.train_s if start else 0.0) + leg_s - eval_s
+    return r, Handoff(cfg, emu.checkpoint_state(), emu.it, trained, tuple(curve), tuple(losses), seconds)
 
 
 def tail_loss(losses: list[float]) -> float | None:
@@ -232,13 +236,16 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
 
 
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
-    """What a pause's readings should cost before one was timed: each candidate it reads (those
-    of no lower rate per sample: retune.spec_candidates) trains its updates, cools down and is
-    evaluated twice, and two of them are read again, at the run's seconds per iteration for each
-    device (the emulation steps every device's batch in this process). teacher-mlp, 5 ms a step:
-    about 1.4 s with every candidate (its pauses' probes took 2.0-2.5 s); shapes-resnet at batch
-    16, 16 ms a step: about 9.5 s (8.6-12.7 s)."""
-    tried = retune_mod.spec_candidates(spec, step_s, stalled=False)
+    """What a pause's readings should cost before one was timed: each candidate a stalled run's
+    pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
+    of no lower rate per sample) trains its updates, cools down and is evaluated twice, and two of
+    them are read again, at the run's seconds per iteration for each device (the emulation steps
+    every device's batch in this process). A stall is what pauses a run within its budget: taken
+    at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
+    and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
+    16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
+    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s)."""
+    tried = retune_mod.spec_candidates(spec, step_s)
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
     return (len(tried) + 2) * (updates + evaluations) * sec_per_iter * len(spec.devices)
