@@ -864,6 +864,25 @@ def test_a_scout_that_trains_longer_goes_on_from_where_it_stopped(sample_profile
     assert all(start == 0 for lr, start, _ in calls[3:] if lr != 0.1), calls
 
 
+@pytest.mark.parametrize("top_learned, scan", [(True, [0.1, 0.01]), (False, [0.1, 0.01, 0.001, 0.0001])])
+def test_a_pruned_decade_ends_the_scan_only_below_one_that_learned(sample_profile, top_learned, scan):
+    """The decades stop at a pruned scout (it lagged the median) where a decade above it learned;
+    where none had (accuracies at chance, which the pruner reads as noise), the scan goes on.
+    Fails if a pruned decade is passed over below one that learned (the 4th decade probed), or
+    ends the scan below one that had not (shapes-resnet: the edge then carried on to lr 1)."""
+    calls = []
+
+    def prober(cfg, max_iters, max_seconds, on_eval=None, evals=16):
+        calls.append(cfg.lr)
+        r = dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                train_loss=1.0 if top_learned else 2.29, iters=max_iters, start_loss=2.3)
+        return dataclasses.replace(r, status=ProbeStatus.PRUNED, train_loss=None) if cfg.lr == 0.01 else r
+    space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(32,))
+    planning.search(sample_profile, space, prober, budget_s=100.0)
+    decades = [lr for lr in dict.fromkeys(calls) if lr in planning.space.LR_DECADES]
+    assert decades == scan, calls
+
+
 def test_the_final_round_trains_on_only_as_far_as_the_budget_left_allows():
     """The finalists train on to FINAL_GROWTH times their probes' training time where the budget
     left covers it, to less where it does not, and not at all where it would not reach half again

@@ -86,10 +86,13 @@ def cold_start(trials: Trials, setups: list[Setup]) -> Scored | None:
 def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
     """The best effective learning rate at `ref`: decades from the largest down, until one does
     worse than the best so far (the scouts, compared by time if they reach the target, else by
-    training loss, or pruned: lagging the median at equal training time), carried on past a
-    winning edge. The first scout that does not diverge sets how long they all train: until it
-    has learned (Trials.lengthen). A pruned scout has no loss to rank by, and the scan went on
-    past it: shapes-resnet's 0.001 was pruned and 0.0001 probed after it, 3.7 s of a 22-s search."""
+    training loss, or pruned: lagging the median at equal training time, below a decade that
+    learned), carried on past a winning edge. The first scout that does not diverge sets how
+    long they all train: until it has learned (Trials.lengthen). A pruned scout has no loss to
+    rank by, and the scan went on past it: shapes-resnet's 0.001 was pruned below 0.01 and 0.0001
+    probed after it, 3.7 s of a 22-s search. Where no decade above has learned, the pruner read
+    accuracies at chance (0.10-0.13), and the scan goes on: with 0.01 pruned below a 0.1 that had
+    not learned, it ended, and the edge carried on to lr 1."""
     if trials.space.lrs is not None:
         for lr in trials.space.lrs:
             trials.probe(ref, lr, mu)
@@ -103,7 +106,8 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
         trials.probe(ref, trials.rates(ref, [lr])[0], mu)
         sized = sized or trials.lengthen(ref, trials.rates(ref, [lr])[0], mu)
         scout = [k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None]
-        if trials.pruned(ref, trials.rates(ref, [lr])[0], mu) or (len(scout) >= 2 and scout[-1] > min(scout)):
+        if (len(scout) >= 2 and scout[-1] > min(scout)) or (trials.pruned(ref, trials.rates(ref, [lr])[0], mu)
+                                                              and trials.learned_above(ref, mu, tried[:-1])):
             break
     decays(trials, ref, mu, tried)
     trials.end_scouting(ref)

@@ -163,6 +163,12 @@ class Trials:
         r = self.runner.results.get(s.probe(lr, mu, self.decay))
         return r is not None and r.status == ProbeStatus.PRUNED
 
+    def learned_above(self, s: Setup, mu: float, effective: list[float]) -> bool:
+        """Whether a probe of `s` at one of these effective rates has learned (`learned`)."""
+        results = [self.runner.results.get(s.probe(self.rates(s, [lr])[0], mu, self.decay)) for lr in effective]
+        return any(r is not None and r.status not in (ProbeStatus.PRUNED, ProbeStatus.DIVERGED) and learned(r)
+                   for r in results)
+
     def scout_rank(self, s: Setup, lr: float, mu: float) -> RankKey | None:
         """Before the phase is known: by time to target where a probe predicts one, else by loss."""
         r = self.runner.results.get(s.probe(lr, mu, self.decay))
