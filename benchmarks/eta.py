@@ -112,17 +112,17 @@ def main(argv: list[str] | None = None) -> None:
     if not rows:
         sys.exit(f"error: no run that reached its target under {', '.join(map(str, args.dirs))}")
     print_rows("the live ETA, replayed", rows, COLUMNS)
-    summary = {f"at_{share}": summarise(rows, share) for share in SHARES}
-    q = summary["at_0.25"]
+    shares = [{"share": share, **summarise(rows, share)} for share in SHARES]
+    q = shares[0]
     goals_met = {"eta_within_15pct_at_a_quarter": q["median_error"] is not None and q["median_error"] <= GOAL_ERROR,
                  "band_holds_in_80pct": q["held_share"] is not None and q["held_share"] >= GOAL_HOLDS}
-    for share, s in summary.items():
-        print(f"{share}: {s['estimates']} of {s['runs']} runs with an estimate, median error "
+    for s in shares:
+        print(f"at {s['share']:g} of the run: {s['estimates']} of {s['runs']} runs with an estimate, median error "
               f"{s['median_error'] if s['median_error'] is None else round(s['median_error'], 3)}, "
               f"band held in {s['held']} of {s['runs']} ({s['no_band']} with no band)")
     path = write_results("eta", {"quick": args.quick, "dirs": [str(d) for d in args.dirs], "not_reached": missed,
-                                 "rows": rows, "summary": summary, "goals": {"median_error": GOAL_ERROR,
-                                                                             "held_share": GOAL_HOLDS},
+                                 "rows": rows, "shares": shares, "goals": {"median_error": GOAL_ERROR,
+                                                                           "held_share": GOAL_HOLDS},
                                  "goals_met": goals_met})
     print(f"wrote {path}")
 
