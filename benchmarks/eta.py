@@ -21,15 +21,15 @@ over runs) and its band holding the actual time in at least 80% of runs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from omnitune.core.target import Target
+from omnitune.core.target import Target, from_fields
 from omnitune.efficiency import eta
 from omnitune.runtime import summary as summary_mod
+from omnitune.runtime.job import readings
 
 SHARES = (0.25, 0.5)          # of the run's time to target at which the ETA is read
 GOAL_ERROR, GOAL_HOLDS = 0.15, 0.80
@@ -42,12 +42,6 @@ def run_dirs(roots: list[Path]) -> list[Path]:
     """Every run directory under the roots (a summary.json beside a metrics.jsonl), in name order."""
     found = {p.parent for root in roots for p in root.rglob("summary.json") if (p.parent / "metrics.jsonl").is_file()}
     return sorted(found)
-
-
-def target_of(s: summary_mod.RunSummary) -> Target | None:
-    if s.target_loss is not None:
-        return Target(s.target_loss, on_loss=True)
-    return Target(s.target_accuracy) if s.target_accuracy is not None else None
 
 
 def replay(lines: list[dict], target: Target, actual_s: float, share: float) -> dict:
@@ -68,10 +62,10 @@ def replay(lines: list[dict], target: Target, actual_s: float, share: float) -> 
 def row_of(run_dir: Path) -> dict | None:
     """A run's replays at each share; None where it did not reach its target or has no target."""
     s = summary_mod.load(run_dir / "summary.json")
-    target = target_of(s)
+    target = from_fields(s.target_accuracy, s.target_loss)
     if not s.reached_target or target is None:
         return None
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    lines = readings(run_dir)
     row = {"run": str(run_dir), "time_to_target_s": s.time_to_target_s, "retunes": s.replans}
     for share in SHARES:
         r = replay(lines, target, s.time_to_target_s, share)

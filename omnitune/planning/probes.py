@@ -97,7 +97,7 @@ class ProbeRunner:
         # A longer probe of a configuration probed before (a scout that has not learned) goes on
         # where that one stopped: shapes-resnet's first scout trained 20, 40, 80 and 160
         # iterations from scratch, 300 where 160 do, 11.8 s of a 17-s search.
-        start = self.prober.handoffs.get(pc) if isinstance(self.prober, HandsOn) else None
+        start = self.handoff(pc)
         if start is not None and start.iterations < cap:
             r = self.prober(pc, cap, limit_s, on_eval, evals, start=start)
         else:
@@ -112,6 +112,10 @@ class ProbeRunner:
         self.results[pc] = r
         self.log(f"probe {pc.variant.label} batches={pc.batches} lr={pc.lr:.3g} momentum={pc.momentum}: {r.note}")
         return r
+
+    def handoff(self, pc: ProbeConfig):
+        """Where the latest probe of `pc` stopped, where the prober keeps hand-offs; else None."""
+        return self.prober.handoffs.get(pc) if isinstance(self.prober, HandsOn) else None
 
     def record(self, pc: ProbeConfig, r: ProbeResult, sec: float, by_loss: bool) -> None:
         """What a probe's result says for the search: a setting that diverged, and the best

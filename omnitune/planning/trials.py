@@ -14,7 +14,7 @@ from omnitune.core.protocols import Variant
 from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
-from omnitune.planning.probes import HandsOn, ProbeRunner
+from omnitune.planning.probes import ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
 from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
 
@@ -102,10 +102,9 @@ class Trials:
                 return True
             longer = ByTime(2 * max(self.phase.least_iters, r.iters or 0))
             # this scout's iterations beyond where it stopped, and the other decades' from scratch
-            prober, pc = self.runner.prober, s.probe(lr, mu, self.decay)
-            done = prober.handoffs[pc].iterations if isinstance(prober, HandsOn) and pc in prober.handoffs else None
-            iters = (budget_mod.SCOUTS * longer.least_iters if done is None
-                     else (budget_mod.SCOUTS - 1) * longer.least_iters + longer.least_iters - done)
+            start = self.runner.handoff(s.probe(lr, mu, self.decay))
+            iters = (budget_mod.SCOUTS * longer.least_iters if start is None
+                     else budget_mod.SCOUTS * longer.least_iters - start.iterations)
             scouts_s = iters * s.probe_sec_per_iter
             self.spending.at_least(self.spending.elapsed() + scouts_s, self.runner.predicted)
             if not self.spending.fits(longer.least_iters, s.probe_sec_per_iter):
