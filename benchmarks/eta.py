@@ -1,6 +1,7 @@
 """Does the live ETA tell a run's time to target early? Replayed on real runs' readings.
 
     python -m benchmarks.eta DIR [DIR ...] [--quick]
+    python -m benchmarks.eta --collect DIR [--seeds N]
 
 `omnitune run` re-fits its time to target as test readings arrive (efficiency/eta.py) and shows
 it with a band. This benchmark replays that estimate on finished runs: every run directory under
@@ -16,6 +17,11 @@ CPU time, so it may show an older fit than this one.
 Goal (issue 37): at a quarter of the run, the ETA within 15% of the actual time to target (median
 over runs) and its band holding the actual time in at least 80% of runs.
 --quick: the first 4 runs found. Writes benchmarks/results/eta.json (eta-quick.json with --quick).
+
+`--collect DIR` makes runs to replay: on each workload of COLLECT, one worker at the batches and
+rates listed (ones that reached the target within the cap in plan_quality's screening), seeds
+interleaved, each to plan_quality's cap for the workload. The ETA's rules are chosen on the
+DEVELOP workloads' runs; the others' (shapes-resnet, gru-count) are reported apart, out of sample.
 """
 
 from __future__ import annotations
@@ -25,15 +31,24 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.common import print_rows, write_results
+from benchmarks import plan_quality
+from benchmarks.common import Journal, print_rows, write_results
+from omnitune.core.protocols import Sync
 from omnitune.core.target import Target, from_fields
 from omnitune.efficiency import eta
+from omnitune.planning import Config
 from omnitune.runtime import summary as summary_mod
 from omnitune.runtime.job import readings
 
 SHARES = (0.25, 0.5)          # of the run's time to target at which the ETA is read
 GOAL_ERROR, GOAL_HOLDS = 0.15, 0.80
 QUICK_RUNS = 4
+# Per workload, one worker's (batch, lr): each reached the target within the cap in plan_quality's
+# screening or finalists (benchmarks/results/plan_quality.json).
+COLLECT = {"lenet-digits": ((16, 0.01), (64, 0.03)), "cnn1d-mnist1d": ((16, 0.01), (64, 0.03)),
+           "teacher-mlp": ((256, 0.1), (256, 0.03), (64, 0.03)), "charlm-stdlib": ((8, 0.003),),
+           "shapes-resnet": ((32, 0.1), (32, 0.03)), "gru-count": ((64, 0.03), (64, 0.01))}
+DEVELOP = ("lenet-digits", "cnn1d-mnist1d", "teacher-mlp", "charlm-stdlib")   # the ETA's rules are chosen on these
 COLUMNS = ["run", "time_to_target_s", "at_0.25_s", "predicted_0.25_s", "ratio_0.25", "band_0.25", "holds_0.25",
            "ratio_0.5", "holds_0.5"]
 
@@ -89,11 +104,41 @@ def summarise(rows: list[dict], share: float) -> dict:
             "held": held, "held_share": held / len(rows) if rows else None}
 
 
+def workload_of(run_dir: Path) -> str | None:
+    """The workload a run directory's name starts with (plan_quality's and collect's names)."""
+    return next((n for n in sorted(plan_quality.WORKLOADS, key=len, reverse=True) if run_dir.name.startswith(n)), None)
+
+
+def collect(work: Path, seeds: tuple[int, ...]) -> None:
+    """COLLECT's runs into `work`, seed by seed across each workload's configurations; a journal
+    per workload (work/NAME.journal.jsonl) lets the same command go on where it was cut off."""
+    for name, points in COLLECT.items():
+        b = plan_quality.WORKLOADS[name]
+        journal = Journal(work / f"{name}.journal.jsonl")
+        prof, _, _ = plan_quality.journaled_profile(journal, name, b, False, work)
+        one = prof.cluster.layouts.get("one-worker", prof.cluster.layouts["one-per-core"][:1])
+        specs = {f"{name}-b{batch}-lr{lr:g}": plan_quality.fixed_spec(
+                     prof, b.spec(name), b.goal, Config("one-worker", Sync(), (one,), batch, lr, 0.9), b.cap_s)
+                 for batch, lr in points}
+        plan_quality.interleaved(specs, work, b.cap_s, seeds, on_run=plan_quality.said, journal=journal)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dirs", nargs="+", type=Path, help="folders holding finished run directories")
+    parser.add_argument("dirs", nargs="*", type=Path, help="folders holding finished run directories")
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_RUNS} runs found")
+    parser.add_argument("--collect", type=Path, metavar="DIR", help="make the runs to replay in DIR (kept), "
+                        "then replay them")
+    parser.add_argument("--seeds", type=int, default=2, help="with --collect: seeds 1 to this (default 2)")
     args = parser.parse_args(argv)
+    if args.collect is not None:
+        if args.seeds < 1:
+            parser.error(f"--seeds must be at least 1, got {args.seeds}")
+        args.collect.mkdir(parents=True, exist_ok=True)
+        collect(args.collect.resolve(), tuple(range(1, args.seeds + 1)))
+        args.dirs = [*args.dirs, args.collect]
+    if not args.dirs:
+        parser.error("give folders of finished runs, or --collect DIR")
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
         sys.exit(f"error: not a folder: {', '.join(missing)}")
