@@ -29,7 +29,7 @@ TABLES = {
     "end_to_end": [("workloads", ["workload", "target_accuracy", "plan.protocol", "plan.layout",
                                   "predicted_sec_per_iter", "measured_sec_per_iter",
                                   "predicted_time_to_target_s", "measured_time_to_target_s", "reached_target"])],
-    "eta": [("shares", ["share", "runs", "estimates", "median_error", "median_ratio", "held", "no_band"])],
+    "eta": [("shares", ["share", "runs_of", "runs", "estimates", "median_error", "median_ratio", "held", "no_band"])],
     "faults": [("rows", ["scenario", "iterations_lost", "train_s_lost", "recovery_s", "reached_target"]),
                ("stuck", ["scenario", "timeout_s", "stops_after_s"])],
     "gpu": [("rows", ["config", "layout", "protocol", "measured_sec_per_iter", "iterations", "time_to_target_s",

@@ -1,11 +1,12 @@
 """The live ETA (efficiency/eta.py) and how `omnitune run` shows and keeps it (cli/commands.py)."""
 
 import json
+import math
 
 import pytest
 
 from omnitune.cli import commands as cli_app
-from omnitune.efficiency.eta import MIN_READINGS, estimate
+from omnitune.efficiency.eta import BAND, MIN_READINGS, estimate, horizon
 
 
 def readings(n: int, attempt: int = 0, start: int = 50) -> list[dict]:
@@ -14,16 +15,44 @@ def readings(n: int, attempt: int = 0, start: int = 50) -> list[dict]:
              "test_accuracy": 0.99 - 0.9 * (it / 10) ** -0.5} for it in range(start, start + 50 * n, 50)]
 
 
+def paced(n: int, sec_per_iter: float = 0.01) -> list[dict]:
+    """A curve whose error falls by the same factor every iteration, 0.5 exp(-it / 1000): 0.95 at
+    2,303 iterations."""
+    return [{"attempt": 0, "iteration": it, "train_s": it * sec_per_iter, "time": 1e9 + it,
+             "test_accuracy": 1.0 - 0.5 * math.exp(-it / 1000)} for it in range(50, 50 + 50 * n, 50)]
+
+
 def test_the_eta_waits_for_readings_counts_down_to_the_target_and_is_zero_there():
     """Fails if the ETA is given from too few readings, ignores the seconds per iteration, or
     mixes the readings of an earlier attempt (a restart) into the current one's curve."""
     assert estimate(readings(MIN_READINGS - 1), 0.95) is None
-    e = estimate(readings(40), 0.95)                   # 2,000 iterations in: 3,063 to go, 30.6 s
-    assert e.iteration == 2000 and e.eta_s is not None and 10 < e.eta_s < 60
-    assert e.band_s is not None and e.band_s[0] <= e.eta_s
+    e = estimate(paced(30), 0.95)                      # 1,500 iterations in: 803 to go at 10 ms
+    assert e.iteration == 1500 and e.eta_s == pytest.approx(8.03, rel=0.01)
+    assert e.iters_to_target == pytest.approx(2303, rel=0.01)
+    assert estimate(paced(30, sec_per_iter=0.02), 0.95).eta_s == pytest.approx(16.06, rel=0.01)
     assert estimate(readings(40), 0.5).eta_s == 0.0       # past the target: reached
     restarted = readings(40) + readings(3, attempt=1, start=2100)
     assert estimate(restarted, 0.95) is None              # the new attempt has too few readings of its own
+
+
+def test_the_eta_band_is_the_calibrated_share_of_the_training_left():
+    """The band runs from BAND[0] to BAND[1] times the training left, whatever the curve; a run
+    whose recent readings do not climb has no estimate. Fails if the band is read off the fit's
+    own spread, or a flat curve gets an ETA."""
+    e = estimate(readings(40), 0.95)
+    assert e.band_s == pytest.approx((BAND[0] * e.eta_s, BAND[1] * e.eta_s))
+    flat = [dict(x, test_accuracy=0.6) for x in readings(20)]
+    assert estimate(flat, 0.95).eta_s is None
+    assert estimate([dict(x, test_accuracy=0.6 + 1e-6 * x["iteration"]) for x in readings(20)], 0.95).eta_s is None
+
+
+def test_a_schedules_horizon_errs_long_where_the_eta_keeps_the_recent_pace():
+    """eta.horizon (what a pause re-fits a schedule to) is the plateau-and-pace extrapolation,
+    which on a power law lies past the pace's crossing: a schedule decayed at the pace's would
+    leave the run short of the target. Fails if the two are the same estimate."""
+    lines = readings(40)
+    assert horizon(lines, 0.95) > estimate(lines, 0.95).iters_to_target
+    assert horizon(readings(MIN_READINGS - 1), 0.95) is None
 
 
 def test_the_run_shows_its_eta_and_keeps_it_in_eta_jsonl(tmp_path, monkeypatch):

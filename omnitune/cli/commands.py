@@ -329,8 +329,8 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
 
 
 # How often `run` re-fits the ETA: every ETA_EVERY_S at most, on a new reading only, and taking at
-# most ETA_SHARE of a core. A fit (40 bootstrap refits, efficiency/eta.py) takes 0.02-1 s on this
-# 2-core machine; re-fitted every 2 s it took a third to half of a core from the training:
+# most ETA_SHARE of a core. Re-fitted every 2 s when a fit took 0.02-1 s (40 bootstrap refits, since
+# replaced by the pace's one line), it took a third to half of a core from the training:
 # charlm-stdlib's one worker went from 0.085 s an iteration to 0.15-0.2 under `omnitune run`
 # within 30 s, and stayed at 0.08 run through the API.
 ETA_EVERY_S = 2.0
@@ -403,7 +403,7 @@ def _eta_text(e, target) -> str:
     if e.eta_s is None:
         return f"{bar} {now}; no ETA yet ({e.note})"
     band = "" if e.band_s is None else \
-        f" ({e.band_s[0]:.0f}–{'∞' if e.band_s[1] is None else f'{e.band_s[1]:.0f}'}s)"
+        f" ({e.band_s[0]:.0f}–{e.band_s[1]:.0f}s)"
     return f"{bar} {now}; ETA {e.eta_s:.0f}s{band}"
 
 

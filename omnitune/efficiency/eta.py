@@ -1,17 +1,28 @@
-"""A run's live ETA: its time to target re-fitted from the accuracy readings so far
-(statmodel.extrapolate on iterations, times the recent seconds per iteration). Pure: it reads
-metrics lines as dicts."""
+"""A run's live ETA: its time to target re-fitted from the accuracy readings so far. Pure: it
+reads metrics lines as dicts.
+
+The estimate is the recent pace (statmodel.pace_crossing: log error falling linearly in the
+iterations, over the readings past the first quarter of them), times the seconds per iteration
+of the last quarter of the training so far. Replayed on finished runs (benchmarks.eta) it was the
+nearest of the curve models at a quarter of a run: the power laws that fit a probe's curve (the
+plateau, statmodel.extrapolate) read a run's early rise as a curve that levels off, and put the
+target tens to thousands of times too far, or nowhere.
+Its band is the estimate of the training left, times BAND: the 10th and 90th percentiles of the
+training actually left over the estimated, at every twentieth of the develop runs of
+benchmarks.eta. It says how wrong the pace has been, not a model's own uncertainty; the
+benchmark checks it on the runs it was not read from.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from omnitune.core.target import Target, of
 from omnitune.efficiency import statmodel
 
 MIN_READINGS = 4         # fewer readings fit no curve worth showing
-RECENT_READINGS = 5      # seconds per iteration from the last this many readings
+PACE_FROM = 0.75         # seconds per iteration over the training since this share of it
+BAND = (0.46, 4.8)       # the training left, actual over estimated: 10th and 90th percentiles (benchmarks.eta)
 
 
 @dataclass(frozen=True)
@@ -20,9 +31,9 @@ class Eta:
     iteration: int
     accuracy: float
     eta_s: float | None                       # training seconds left to the target; None: no estimate
-    band_s: tuple[float, float | None] | None  # low and high (None: no top)
+    band_s: tuple[float, float] | None        # training seconds left: low and high
     note: str
-    iters_to_target: float | None = None      # the fit's whole run, in iterations (the schedule's horizon)
+    iters_to_target: float | None = None      # the pace's whole run, in iterations
 
     def to_dict(self) -> dict:
         return {"train_s": self.train_s, "iteration": self.iteration, "accuracy": self.accuracy,
@@ -33,30 +44,58 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     """The ETA from the readings of the run's current attempt (its last restart on); None before
     MIN_READINGS of them. Reached: zero. `accuracy` is the readings' score (core/target.py)."""
     target = of(target)
-    score = lambda x: target.score_of(x.get("test_loss") or 0.0, x["test_accuracy"])     # noqa: E731
-    if not lines:
-        return None
-    attempt = lines[-1].get("attempt", 0)
-    # A diverged reading's loss is None (not finite): no reading of a loss target.
-    mine = [x for x in lines if x.get("attempt", 0) == attempt and x.get("test_accuracy") is not None
-            and (x.get("test_loss") is not None or not target.on_loss)]
+    mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
         return None
     last = mine[-1]
-    now, it, acc = float(last["train_s"]), int(last["iteration"]), score(last)
+    now, it, acc = float(last["train_s"]), int(last["iteration"]), _score(target, last)
     if acc >= target.score:
         return Eta(now, it, acc, 0.0, (0.0, 0.0), "reached")
-    recent = mine[-RECENT_READINGS:]
-    span = recent[-1]["iteration"] - recent[0]["iteration"]
-    if span <= 0:
+    per_iter = _sec_per_iter(mine)
+    if per_iter is None:
         return Eta(now, it, acc, None, None, "no iterations between the readings")
-    per_iter = (recent[-1]["train_s"] - recent[0]["train_s"]) / span
-    fit = statmodel.extrapolate([x["iteration"] for x in mine], [score(x) for x in mine], target.score,
+    iters = statmodel.pace_crossing([x["iteration"] for x in mine], [_score(target, x) for x in mine], target.score,
+                                    None if target.on_loss else test_size)
+    if iters is None or iters > statmodel.TOO_FAR * it:
+        return Eta(now, it, acc, None, None, "no progress in the recent readings" if iters is None else
+                   f"the recent pace gets there past {statmodel.TOO_FAR:g} times the iterations so far")
+    left = max(0.0, (iters - it) * per_iter)
+    return Eta(now, it, acc, left, (left * BAND[0], left * BAND[1]), "at the recent pace", iters)
+
+
+def horizon(lines: list[dict], target: Target | float, test_size: int | None = None) -> float | None:
+    """The iterations to target a recipe's schedule spans, re-fitted at a pause (job.refit_horizon):
+    statmodel.extrapolate's estimate, between the plateau and the recent pace, not the ETA's pace
+    alone. A schedule that decays before the run gets there leaves it short of the target, so
+    this errs long. None: no estimate (too few readings, or a curve that levels off below)."""
+    target = of(target)
+    mine = attempt_readings(lines, target)
+    if len(mine) < MIN_READINGS:
+        return None
+    fit = statmodel.extrapolate([x["iteration"] for x in mine], [_score(target, x) for x in mine], target.score,
                                 None if target.on_loss else test_size)
-    if fit.iters is None:
-        return Eta(now, it, acc, None, None, fit.note)
-    left = lambda iters: max(0.0, (iters - it) * per_iter)            # noqa: E731
-    band = None
-    if fit.band is not None:
-        band = (left(fit.band[0]), left(fit.band[1]) if math.isfinite(fit.band[1]) else None)
-    return Eta(now, it, acc, left(fit.iters), band, fit.note, fit.iters)
+    return fit.iters
+
+
+def attempt_readings(lines: list[dict], target: Target) -> list[dict]:
+    """The test readings of the run's current attempt (its last restart on). A diverged reading's
+    loss is None (not finite): no reading of a loss target."""
+    if not lines:
+        return []
+    attempt = lines[-1].get("attempt", 0)
+    return [x for x in lines if x.get("attempt", 0) == attempt and x.get("test_accuracy") is not None
+            and (x.get("test_loss") is not None or not target.on_loss)]
+
+
+def _score(target: Target, line: dict) -> float:
+    return target.score_of(line.get("test_loss") or 0.0, line["test_accuracy"])
+
+
+def _sec_per_iter(mine: list[dict]) -> float | None:
+    """Seconds per iteration since PACE_FROM of the training so far (at least the last two
+    readings); None where no iteration passed."""
+    now = float(mine[-1]["train_s"])
+    since = [x for x in mine if float(x["train_s"]) >= PACE_FROM * now]
+    first = since[0] if len(since) >= 2 else mine[-2]
+    span = mine[-1]["iteration"] - first["iteration"]
+    return (now - float(first["train_s"])) / span if span > 0 else None

@@ -367,7 +367,7 @@ def back_to_best(run_dir: Path, train_s: float) -> int | None:
 def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec | None = None,
                   limit_iters: float | None = None) -> RunSpec:
     """The recipe's schedule re-fitted at a pause at `iteration`: its horizon becomes the
-    iterations to target that the run's own readings now predict (efficiency/eta.py), never
+    iterations to target that the run's own readings now predict (eta.horizon), never
     before this iteration, and never past the run's time limit, `limit_iters` more iterations at
     the pace it kept (`iterations_left`): a schedule that has not decayed by then leaves the run
     at a high rate when it ends (charlm-stdlib at lr 1e-2, off pace at 123 s of a 240-s limit: the
@@ -381,9 +381,9 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec 
         return spec
     per = sum(before.batch_size.values()) / sum(spec.batch_size.values()) if before is not None else 1.0
     last = math.inf if limit_iters is None else iteration + limit_iters * per
-    e = eta.estimate(readings(run_dir), spec.target)
-    if e is not None and e.iters_to_target is not None:
-        wanted = iteration + (e.iters_to_target - iteration) * per
+    iters = eta.horizon(readings(run_dir), spec.target)
+    if iters is not None:
+        wanted = iteration + (iters - iteration) * per
     elif spec.horizon <= last:
         return spec
     else:
