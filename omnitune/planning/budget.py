@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 FRACTION = 0.10          # planning's share of the predicted training time
 SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
-SMALL_BUDGET_S = 6.0     # a quick search's probing, scouts included
+SMALL_BUDGET_S = 4.0     # a quick search's probing, scouts included: with `plan`'s ~4 s of start-up, a tiny
+                         # job starts within 10 s (6 s took 10.0-10.2 s on lenet-digits, benchmarks.tiny_job)
 SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
 SCOUT_S = 1.5            # its reference setup is one where this long trains
 SCOUT_ITERS = 40         # at least this many iterations
