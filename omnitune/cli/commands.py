@@ -247,6 +247,9 @@ def run(
                             "slurm (an sbatch script that runs them all)"),
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
+    from omnitune.runtime import launch
+    if not print_commands and fmt == "shell":
+        launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
     from omnitune import api
     from omnitune.runtime import job, slurm
     if print_commands or fmt != "shell":
