@@ -52,6 +52,7 @@ TABLES = {
                                     "plan_time_to_target_s", "plan_over_best"])],
     "retune_proxy": [("picks", ["workload", "checkpoint", "fastest_lr", "fastest_iters", "raw_30", "cooled_30", "rule_30",
                                 "rule_30_stalled", "raw_300", "cooled_300", "rule_300"])],
+    "tiny_job": [("rows", ["seed", "plan_s", "run_s", "total_s", "predicted_s", "time_to_target_s", "reached"])],
     "retune": [("rows", ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs",
                          "batches", "retuned_over_pinned", "batches_over_rates_only"])],
 }

@@ -2,8 +2,8 @@
 
     python -m benchmarks.tiny_job [--quick] [--repeats N]
 
-Issue 37's goal: a job predicted under 10 s starts within 10 s of `plan`, and lenet-digits to
-test accuracy 0.95 takes at most 15 s of wall time for `plan` and `run` together. The profile is
+Goal (issue 37): `plan` and `run` of lenet-digits to test accuracy 0.95 together within 15 s of
+wall time, and a job predicted under 10 s starting within 10 s of `plan`. The profile is
 taken once, before (its time reported apart: a user profiles a machine once). Each repeat is the
 two commands as subprocesses, Python's start-up and imports in them, with its own seed; the
 repeats' median and min-max are reported. --quick: one repeat.
@@ -25,6 +25,7 @@ from benchmarks.common import print_rows, write_results
 
 WORKLOAD, TARGET = "lenet-digits", 0.95
 GOAL_S = 15.0
+PLAN_GOAL_S = 10.0
 REPEATS = 3
 
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
               "rows": rows, "median_total_s": statistics.median(totals), "spread_total_s": [min(totals), max(totals)],
               "median_plan_s": statistics.median(r["plan_s"] for r in rows), "goal_s": GOAL_S,
               "goals_met": {"plan_and_run_within_15s": statistics.median(totals) <= GOAL_S
-                            and all(r["reached"] for r in rows)}}
+                            and all(r["reached"] for r in rows),
+                            "plan_within_10s": statistics.median(r["plan_s"] for r in rows) <= PLAN_GOAL_S}}
     print(f"profile {profile_s:.1f} s (once); plan + run median {result['median_total_s']:.1f} s "
           f"({min(totals):.1f}-{max(totals):.1f}), goal {GOAL_S:g} s")
     print(f"wrote {write_results('tiny_job', result)}")
