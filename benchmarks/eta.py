@@ -69,7 +69,7 @@ def replay(lines: list[dict], target: Target, actual_s: float, share: float) -> 
     """The ETA from the readings up to `share` of `actual_s` of training: its predicted time to
     target, that over the actual, and whether its band held the actual (None: no band, or a band
     with no top)."""
-    seen = [x for x in lines if x.get("train_s", 0.0) <= share * actual_s]
+    seen = upto(lines, share * actual_s)
     e = eta.estimate(seen, target)
     if e is None or e.eta_s is None:
         return {"at_s": seen[-1]["train_s"] if seen else 0.0, "readings": len(seen), "predicted_s": None,
@@ -80,13 +80,25 @@ def replay(lines: list[dict], target: Target, actual_s: float, share: float) -> 
             "holds": None if band is None else band[0] <= actual_s <= band[1], "note": e.note}
 
 
-def row_of(run_dir: Path) -> dict | None:
-    """A run's replays at each share; None where it did not reach its target or has no target."""
+def finished(run_dir: Path) -> tuple[summary_mod.RunSummary, Target, list[dict]] | None:
+    """A run's summary, target and readings; None where it did not reach its target or has none."""
     s = summary_mod.load(run_dir / "summary.json")
     target = from_fields(s.target_accuracy, s.target_loss)
     if not s.reached_target or target is None:
         return None
-    lines = readings(run_dir)
+    return s, target, readings(run_dir)
+
+
+def upto(lines: list[dict], train_s: float) -> list[dict]:
+    """The readings taken by `train_s` of training."""
+    return [x for x in lines if x.get("train_s", 0.0) <= train_s]
+
+
+def row_of(run_dir: Path) -> dict | None:
+    """A run's replays at each share; None where it did not reach its target or has no target."""
+    if (run := finished(run_dir)) is None:
+        return None
+    s, target, lines = run
     name = workload_of(run_dir)
     row = {"run": str(run_dir), "workload": name, "develop": name in DEVELOP, "time_to_target_s": s.time_to_target_s,
            "retunes": s.replans}
@@ -120,14 +132,9 @@ def calibration(run_dirs: list[Path]) -> dict:
     target: its 10th, 50th and 90th percentiles over the runs given (those that reached their
     target), as eta.BAND is read."""
     ratios = []
-    for d in run_dirs:
-        s = summary_mod.load(d / "summary.json")
-        target = from_fields(s.target_accuracy, s.target_loss)
-        if not s.reached_target or target is None:
-            continue
-        lines = readings(d)
+    for s, target, lines in filter(None, map(finished, run_dirs)):
         for share in CALIBRATION_SHARES:
-            e = eta.estimate([x for x in lines if x.get("train_s", 0.0) <= share * s.time_to_target_s], target)
+            e = eta.estimate(upto(lines, share * s.time_to_target_s), target)
             if e is not None and e.eta_s:
                 ratios.append((s.time_to_target_s - e.train_s) / e.eta_s)
     if not ratios:
@@ -190,8 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     # The goals are judged out of sample where there are held-out runs.
     judged = "held out" if sets["held out"] else "all"
     q = next(s for s in shares if s["runs_of"] == judged)
-    develop = [d for d in dirs if workload_of(d) in DEVELOP]
-    calibrated = calibration(develop[:QUICK_RUNS] if args.quick else develop)
+    calibrated = calibration([Path(r["run"]) for r in sets["develop"]])
     goals_met = {"eta_within_15pct_at_a_quarter": q["median_error"] is not None and q["median_error"] <= GOAL_ERROR,
                  "band_holds_in_80pct": q["held_share"] is not None and q["held_share"] >= GOAL_HOLDS}
     for s in shares:

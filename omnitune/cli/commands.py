@@ -248,11 +248,12 @@ def run(
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune.runtime import launch
-    if not print_commands and fmt == "shell":
+    printing = print_commands or fmt != "shell"
+    if not printing:
         launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
     from omnitune import api
     from omnitune.runtime import job, slurm
-    if print_commands or fmt != "shell":
+    if printing:
         try:
             if fmt not in ("shell", "slurm"):
                 raise UserError(f"--format {fmt}: shell or slurm")

@@ -54,8 +54,7 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     per_iter = _sec_per_iter(mine)
     if per_iter is None:
         return Eta(now, it, acc, None, None, "no iterations between the readings")
-    iters = statmodel.pace_crossing([x["iteration"] for x in mine], [_score(target, x) for x in mine], target.score,
-                                    None if target.on_loss else test_size)
+    iters = statmodel.pace_crossing(*_curve(mine, target), target.score, None if target.on_loss else test_size)
     if iters is None or iters > statmodel.TOO_FAR * it:
         return Eta(now, it, acc, None, None, "no progress in the recent readings" if iters is None else
                    f"the recent pace gets there past {statmodel.TOO_FAR:g} times the iterations so far")
@@ -72,9 +71,7 @@ def horizon(lines: list[dict], target: Target | float, test_size: int | None = N
     mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
         return None
-    fit = statmodel.extrapolate([x["iteration"] for x in mine], [_score(target, x) for x in mine], target.score,
-                                None if target.on_loss else test_size)
-    return fit.iters
+    return statmodel.extrapolate(*_curve(mine, target), target.score, None if target.on_loss else test_size).iters
 
 
 def attempt_readings(lines: list[dict], target: Target) -> list[dict]:
@@ -89,6 +86,11 @@ def attempt_readings(lines: list[dict], target: Target) -> list[dict]:
 
 def _score(target: Target, line: dict) -> float:
     return target.score_of(line.get("test_loss") or 0.0, line["test_accuracy"])
+
+
+def _curve(mine: list[dict], target: Target) -> tuple[list[int], list[float]]:
+    """The readings as a curve: iterations and scores."""
+    return [x["iteration"] for x in mine], [_score(target, x) for x in mine]
 
 
 def _sec_per_iter(mine: list[dict]) -> float | None:
