@@ -52,3 +52,50 @@ def test_a_job_with_min_iters_runs_past_its_limit_until_it_has_timed_them(tmp_pa
                     metrics_path=tmp_path / "metrics.jsonl", next_eval=float("inf"))
     plain.start -= 1.5
     assert plain.check(None, 1)                      # a run's limit is its limit
+
+
+def halving(iterations):
+    """A curve whose error halves every 1,000 iterations from 0.5: it reaches 0.985 (error 0.015)
+    at 1000 * log2(0.5 / 0.015) = 5,059 iterations."""
+    return [(i, 1 - 0.5 * 2 ** (-i / 1000)) for i in iterations]
+
+
+def test_a_run_is_half_way_at_half_the_iterations_its_recent_pace_reaches_the_target():
+    from omnitune.core.target import Target
+    from omnitune.runtime.monitor import half_way
+
+    assert not half_way(halving(range(0, 2400, 200)), Target(0.985), 10_000)     # 2,200 of 5,059
+    assert half_way(halving(range(0, 2800, 200)), Target(0.985), 10_000)         # 2,600 of 5,059
+    assert not half_way([(i, 0.9) for i in range(0, 6000, 200)], Target(0.985), 10_000)    # no pace: never
+    slow = [(i, 0.5 + 1e-4 * i / 1000) for i in range(1, 3000, 200)]    # crossing past TOO_FAR times: no
+    assert not half_way(slow, Target(0.985), 10_000)
+
+
+def test_being_half_way_ends_a_segment_only_from_its_time_on(tmp_path, monkeypatch):
+    """The monitor reads each evaluation into its curve; past half way (monitor.HALFWAY) the
+    segment ends and the reading says "halfway", but only where `halfway_from_s` has come (the
+    step's cost fits the run's budget) and never by default."""
+    import json
+
+    import torch
+
+    from omnitune.runtime import monitor
+
+    model = torch.nn.Linear(1, 1)
+
+    def fed(halfway_from_s, name):
+        curve = iter(halving(range(0, 2800, 200)))
+        monkeypatch.setattr(monitor, "evaluate", lambda wl, m, test, device: (0.1, next(curve)[1]))
+        m = Monitor(workload=None, test=[0] * 10_000, target=0.985, max_time_s=1e9, eval_every_s=1e9,
+                    metrics_path=tmp_path / name, halfway_from_s=halfway_from_s)
+        ends = []
+        for i in range(0, 2800, 200):
+            m.evaluate(model, i)
+            ends.append(m.progress_ends(m.elapsed() - m.eval_s))
+        lines = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        return ends, [x.get("halfway", False) for x in lines]
+
+    ends, marks = fed(0.0, "a.jsonl")
+    assert ends == marks == [False] * 13 + [True]                   # 2,600 is half way, 2,400 not
+    assert fed(1e9, "b.jsonl") == ([False] * 14, [False] * 14)       # its time has not come
+    assert fed(float("inf"), "c.jsonl") == ([False] * 14, [False] * 14)

@@ -458,3 +458,67 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     priced = pause_cost_s(two, 30, calibrated_step_s(), 0.016)
     assert priced == pytest.approx(pause_cost_s(two, 30, None, 0.016) * 9 / 7)
     assert 8.0 < alone * 9 / 7 < 12.0
+
+
+@pytest.mark.parametrize("step_down", [True, False])
+def test_a_run_at_a_constant_rate_steps_it_down_once_half_way(tmp_path, monkeypatch, step_down):
+    """run_with_replans on a fake clock: the first segment is told when being half way may end it
+    (once a resume fits the budget: RESUME_S / RETUNE_SHARE) and ends there at 30 s, its last
+    reading marked; the run goes on at a third of the rate with no probes, the decision in
+    replans.jsonl, and is never told again. Without `step_down` no segment is told at all. Fails
+    if a half-way stop re-tunes, steps twice, or passes unrecorded."""
+    import json
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    launched = []
+    run_dir = tmp_path / "run"
+
+    def run_job(args):
+        launched.append(args)
+        clock["t"] += job.RESUME_S
+        end = 30.0 if args.halfway_from_s <= 30.0 else min(args.stop_at_s, 100.0)
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"train_s": end, "iteration": int(10 * end), "test_accuracy": 0.9,
+                                **({"halfway": True} if end == 30.0 else {})}) + "\n")
+        clock["t"] += end - clock["train"]
+        clock["train"] = end
+        return RunSummary(1, end >= 100.0, 100.0 if end >= 100.0 else None, None, int(10 * end), 0.5, 0.99, None,
+                          0.1, 0.1, end, 0.0, "", "sync", 1, (int(10 * end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        raise AssertionError(f"no probes here: {why}")
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.1, target=0.97))
+    args = job.prepare(plan.spec, str(run_dir), job.RunOptions(max_time_s=100))
+    s = job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=100.0,
+                             restart_s=job.RESUME_S, step_down=step_down)
+    assert s.reached_target
+    if not step_down:
+        assert [a.halfway_from_s for a in launched] == [float("inf")] and s.replans == 0
+        return
+    assert launched[0].halfway_from_s == pytest.approx(job.RESUME_S / job.RETUNE_SHARE)
+    assert [a.spec.lr for a in launched] == [0.1, 0.0333] and launched[1].halfway_from_s == float("inf")
+    assert plan_mod.load(launched[1].plan_path).spec == launched[1].spec
+    records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
+    assert [(r["why"], r["before"]["lr"], r["after"]["lr"], r["iteration"]) for r in records] == [
+        ("half way", 0.1, 0.0333, 300)]
+    assert s.replans == 1 and s.replan_s == pytest.approx(job.RESUME_S)     # the resume is all it cost
+
+
+def test_only_a_constant_rate_with_a_target_steps_down():
+    from dataclasses import replace
+
+    from omnitune.runtime.job import stepping
+    from tests.conftest import make_spec
+
+    assert stepping(make_spec("sync", [["cpu0"]]))                            # lenet-digits: SGD, constant
+    assert not stepping(make_spec("sync", [["cpu0"]], workload="charlm-stdlib", horizon=2000))    # its cosine
+    assert not stepping(replace(make_spec("sync", [["cpu0"]]), target_accuracy=None))
