@@ -35,7 +35,8 @@ That is not enough against short-horizon bias, which runs one way: towards lower
 raw and cooled, after 30, 100 and 300 updates alike, and takes 18,600 iterations to the target
 against 10,300. So a pause lowers the rate only where the run's own readings say it is stuck
 (`stalled`, or off pace: too slow to reach its target within its time limit; runtime/monitor.py)
-or the cool-down reaches the target; otherwise it may raise it.
+or the cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
+a third at most (`lowest`): an early stall read a tenth as better and left a run short.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
 prices: 7 readings, the repeats counted, not 9).
@@ -61,6 +62,8 @@ from omnitune.planning.space import OMNIVORE_MOMENTA
 
 LR_STEPS = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
 NOISE_FLOOR = 0.01       # scores closer than this fraction of the current one are a tie
+STALL_STEP = 1 / 3       # a stalled run's pause lowers the rate per sample at most to this share (`lowest`)
+ROUNDING = 0.01          # rates per sample this close are the same: `rate` keeps 3 digits (0.04 / 3 = 0.0133)
 COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
 COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
 
@@ -112,7 +115,7 @@ def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     (lenet-digits at lr 0.001 sits at chance and stalls)."""
     if stalled:
         return settings
-    return [c for c in settings if c.noise >= settings[0].noise * (1 - 1e-3)]
+    return [c for c in settings if c.noise >= settings[0].noise * (1 - ROUNDING)]
 
 
 def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
@@ -204,15 +207,26 @@ def means(readings: dict[Setting, list[Reading]], field: str) -> dict[Setting, f
     return out
 
 
-def challenger(current: Setting, readings: dict[Setting, list[Reading]], stalled: bool = False) -> Setting | None:
+def challenger(current: Setting, readings: dict[Setting, list[Reading]], stalled: bool = False,
+               off_pace: bool = False) -> Setting | None:
     """The candidate with the lowest cooled loss among those whose raw loss is below the current
-    setting's too (both readings must favour a switch), and, unless the run is `stalled`, whose
-    rate per sample is not lower than the current one (short-horizon bias); None if there is none."""
+    setting's too (both readings must favour a switch), and whose rate per sample is not below
+    `lowest` of the current one's (short-horizon bias); None if there is none."""
     raw, cooled = means(readings, "raw"), means(readings, "cooled")
-    mine = raw.get(current, math.inf)
-    rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine
-              and (stalled or Setting(*s).noise >= Setting(*current).noise * (1 - 1e-3))]
+    mine, floor = raw.get(current, math.inf), Setting(*current).noise * lowest(stalled, off_pace) * (1 - ROUNDING)
+    rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine and Setting(*s).noise >= floor]
     return min(rivals, key=cooled.get, default=None)
+
+
+def lowest(stalled: bool, off_pace: bool = False) -> float:
+    """The lowest rate per sample of batch a challenger may have, times the current one's: the
+    current one's where the run is not `stalled`; STALL_STEP of it where it is, one step, as a
+    stall that persists pauses again; any where it is `off_pace` (staying is what fails). A
+    stalled pause of teacher-mlp at 10.5 s (batch 64, lr 0.033: 119 s to its target pinned) read
+    a tenth of the rate lower on both losses beyond the noise, took it, and the run missed its
+    target in 240 s (2026-11-28); from one checkpoint of lr 0.1 at batch 256, a third of the rate
+    reached the target in 5-18% more iterations, a tenth not within 60 s more."""
+    return 0.0 if off_pace else STALL_STEP if stalled else 1.0
 
 
 def decide(current: Setting, readings: dict[Setting, list[Reading]], target: float = math.inf,
@@ -221,7 +235,8 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     on both the raw and the cooled loss: the larger spread of the two settings' repeats, and at
     least NOISE_FLOOR of the current loss. The raw loss alone favours low rates (short-horizon
     bias), the cooled alone high ones that would need cooling soon; where they agree, the switch
-    holds on either horizon. A lower rate is a rival only while the run is `stalled`. A setting
+    holds on either horizon. A lower rate is a rival only while the run is `stalled`, one step
+    down at most unless it is `off_pace` (`lowest`). A setting
     whose loss is not finite never wins. Where the current setting diverged, from the checkpoint
     or in the run (`diverged`), it is no incumbent: the best cooled reading wins. Where the run
     is `off_pace` (runtime/monitor.py: at its pace it misses its target within its time limit),
@@ -238,7 +253,7 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
         why = "from the checkpoint" if current not in cooled else "in the run"
         return cool(Decision(best, best != current, 0.0, f"the current setting diverged {why}: the best cooled "
                              f"reading wins"), readings, target)
-    rival = challenger(current, readings, stalled or off_pace)
+    rival = challenger(current, readings, stalled or off_pace, off_pace)
     gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
     floors = {f: NOISE_FLOOR * abs(statistics.fmean(getattr(r, f) for r in readings[current]))
               for f in ("raw", "cooled")}

@@ -286,7 +286,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
     for setting in retune_mod.readable(every, stalled)[1:]:
         readings[setting] = [read(setting, spec.seed + 1)]
-    rival = retune_mod.challenger(current, readings, stalled)
+    rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
     for setting in (current, rival) if rival else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf

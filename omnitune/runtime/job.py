@@ -212,7 +212,8 @@ PACE_CHECK_SHARE = 0.05
 # cannot tell when a lower rate starts to pay (short-horizon bias: they favour it early, when it
 # costs, as much as late). So once the run is half way to its target at its recent pace
 # (monitor.HALFWAY), the rate steps down by STEP_DOWN, once, with no probes: a segment boundary
-# (`stepping`). Later pauses may raise it again where they read a gain beyond the noise.
+# (`stepping`). Later pauses may raise it again where they read a gain beyond the noise; a pause
+# that lowered the rate per sample before it took the step's place.
 STEP_DOWN = 1 / 3
 
 
@@ -221,6 +222,11 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
     enough that the re-tuning spent so far plus this pause's `cost_s` is at most RETUNE_SHARE of
     the training time by then."""
     return max(2.0 * last_stop_s, (spent_s + cost_s) / RETUNE_SHARE)
+
+
+def noise(spec: RunSpec) -> float:
+    """The rate per sample of batch (retune.Setting.noise)."""
+    return spec.lr / sum(spec.batch_size.values())
 
 
 def stepping(spec: RunSpec) -> bool:
@@ -308,6 +314,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         at = back_at if back_at is not None else summary.iterations      # where the next segment starts
         spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
+        if noise(spec) < noise(job.spec) * 0.99:       # a pause lowered the rate: the step is taken
+            step_down = False
         append_jsonl(run_dir / "replans.jsonl", record)
         # A divergence the pause found no better setting for was most likely noise: the run no
         # longer stops for one (each stop would cost a pause, and change nothing).
