@@ -576,3 +576,51 @@ def test_a_pause_that_lowered_the_rate_takes_the_half_way_steps_place(tmp_path, 
                          restart_s=job.RESUME_S, step_down=True)
     assert launched[0].halfway_from_s < 20.0 and [a.spec.lr for a in launched] == [0.1, 0.0333]
     assert launched[1].halfway_from_s == float("inf")
+
+
+@pytest.mark.parametrize("last, told", [(2200, "schedule"), (2600, "stall"), (None, "stall")])
+def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypatch, last, told):
+    """run_with_replans on a fake clock: the segment ends stalled; its readings' error halves every
+    1,000 iterations from 0.5, so the recent pace crosses 0.985 at 5,059. At 2,200 the run is
+    short of half way, and its pause is told "schedule" (no lower rate is read), the stall kept in
+    replans.jsonl as `early`; at 2,600 it is told "stall"; with readings flat at 0.9 the pace
+    never gets there, and a stall is a stall. Fails if an early stall may lower the rate."""
+    import json
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+    from tests.test_monitor import halving
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    run_dir, launched, told_why = tmp_path / "run", [], []
+    curve = halving(range(0, last + 1, 200)) if last else [(i, 0.9) for i in range(0, 2601, 200)]
+
+    def run_job(args):
+        launched.append(args)
+        end = 20.0 if len(launched) == 1 else 100.0
+        if len(launched) == 1:
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                for k, (it, acc) in enumerate(curve):
+                    f.write(json.dumps({"train_s": 20.0 * (k + 1) / len(curve), "iteration": it,
+                                        "test_accuracy": acc, "stalled": True}) + "\n")
+        clock["t"] += end - clock["train"] + job.RESUME_S
+        clock["train"] = end
+        return RunSummary(1, end >= 100.0, 100.0 if end >= 100.0 else None, None, 100 * int(end), 0.5, 0.99, None,
+                          0.1, 0.1, end, 0.0, "", "sync", 1, (100 * int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        told_why.append(why)
+        return spec, {"before": {}, "after": {}, "switched": False}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.1, target=0.985))
+    args = job.prepare(plan.spec, str(run_dir), job.RunOptions(max_time_s=100))
+    job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=0.1, restart_s=job.RESUME_S)
+    assert told_why == [told]
+    record = json.loads((run_dir / "replans.jsonl").read_text().splitlines()[0])
+    assert record.get("early") == ("stall" if told == "schedule" else None)
+    assert (record["way"] is None) == (last is None)

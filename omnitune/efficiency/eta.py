@@ -74,6 +74,17 @@ def horizon(lines: list[dict], target: Target | float, test_size: int | None = N
     return statmodel.extrapolate(*_curve(mine, target), target.score, None if target.on_loss else test_size).iters
 
 
+def way(lines: list[dict], target: Target | float, test_size: int | None = None) -> float | None:
+    """How much of its way to the target the run has come at its recent pace, in iterations
+    (statmodel.pace_share, over its current attempt's readings); None before MIN_READINGS of
+    them, or where the pace never gets there."""
+    target = of(target)
+    mine = attempt_readings(lines, target)
+    if len(mine) < MIN_READINGS:
+        return None
+    return statmodel.pace_share(*_curve(mine, target), target.score, None if target.on_loss else test_size)
+
+
 def attempt_readings(lines: list[dict], target: Target) -> list[dict]:
     """The test readings of the run's current attempt (its last restart on). A diverged reading's
     loss is None (not finite): no reading of a loss target."""

@@ -116,6 +116,17 @@ def pace_crossing(iters, accuracy, target: float, test_size: int | None = None) 
     return float(max((math.log(1.0 - target) - at0) / slope, t.max()))
 
 
+def pace_share(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
+    """How much of its way to `target` a curve has come: its last iteration over the one where its
+    recent pace crosses the target (`pace_crossing`). None where the pace never gets there, or
+    only past TOO_FAR times the iterations so far."""
+    crossing = pace_crossing(iters, accuracy, target, test_size)
+    last = float(np.max(np.asarray(iters, float)))
+    if crossing is None or crossing > TOO_FAR * last:
+        return None
+    return last / crossing
+
+
 def backtest(iters, accuracy, test_size: int | None = None) -> tuple[float, float] | None:
     """How well each end of the band forecast the curve's own last HELD_OUT: both models fitted to
     the curve before it, their mean |log error ratio| over it, as (plateau, pace). None when

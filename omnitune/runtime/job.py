@@ -28,6 +28,7 @@ from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
 from omnitune.runtime import checkpoint, launch as launch_mod, segments, workload as workload_mod
 from omnitune.runtime.context import JobArgs
+from omnitune.runtime.monitor import HALFWAY
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes
@@ -215,6 +216,11 @@ PACE_CHECK_SHARE = 0.05
 # (`stepping`). Later pauses may raise it again where they read a gain beyond the noise; a pause
 # that lowered the rate per sample before it took the step's place.
 STEP_DOWN = 1 / 3
+# Before half way, a stall or being off pace pauses the run as the schedule does: no lower rate is
+# read. Short-horizon bias is at its worst early: teacher-mlp's plan of batch 64, lr 0.01 (116 s to
+# its target in plan_quality's screening) stalled at 6.7 s and its pause went to a third of the
+# rate; off pace at 26 s, to a thirtieth; it missed its target in 240 s (2026-11-28). Lower rates
+# come half way (STEP_DOWN), or where the recent pace never gets there (eta.way: None).
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -305,12 +311,15 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
                 "reason": f"half way to the target at the recent pace: the rate steps down by {1 / STEP_DOWN:g}"})
             plan, job = replanned(plan, job, spec, run_dir / f"plan-replan-{replans}.json")
             continue
+        way = eta.way(readings(run_dir), job.spec.target) if job.spec.target else None
+        early = why if why in ("stall", "off pace") and way is not None and way < HALFWAY else None
+        why = "schedule" if early else why
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
         probes_s = time.perf_counter() - began
         replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
         record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
-                      back_to_iteration=back_at, restart_s=restart_s)
+                      back_to_iteration=back_at, restart_s=restart_s, way=way, **({"early": early} if early else {}))
         at = back_at if back_at is not None else summary.iterations      # where the next segment starts
         spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})

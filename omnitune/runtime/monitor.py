@@ -304,11 +304,10 @@ def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
 
 def half_way(curve: list[tuple[int, float]], target: Target, test_size: int) -> bool:
     """Whether the latest iteration of `curve` is at least HALFWAY of those at which its recent
-    pace crosses `target` (statmodel.pace_crossing; no crossing, or one past statmodel.TOO_FAR
+    pace crosses `target` (statmodel.pace_share; no crossing, or one past statmodel.TOO_FAR
     times the iterations so far, is not half way)."""
-    iters, scores = zip(*curve)
-    crossing = statmodel.pace_crossing(iters, scores, target.score, None if target.on_loss else test_size)
-    return crossing is not None and crossing <= statmodel.TOO_FAR * iters[-1] and iters[-1] >= HALFWAY * crossing
+    share = statmodel.pace_share(*zip(*curve), target.score, None if target.on_loss else test_size)
+    return share is not None and share >= HALFWAY
 
 
 def settle(model: torch.nn.Module) -> None:
