@@ -3,13 +3,13 @@
     python -m benchmarks.retune [--quick] [--only NAME] [--seeds N] [--arms re-tuned,pinned]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
-checkpoint four ways, seed by seed across them (interleaved, so the machine's drift falls on
+checkpoint three ways, seed by seed across them (interleaved, so the machine's drift falls on
 all alike, and each seed in a rotated order, so no arm always runs first): re-tuned as `omnitune
 run` re-tunes (rates, momenta and, priced by the profile's hardware model, twice and half the
-batch), re-tuned over rates and momenta only (the pauses before batches were candidates),
-re-tuned with no half-way step (`--no-step-down`: job.STEP_DOWN), and pinned (`--no-retune`).
-A re-tuned run's time is what the user waits for: its training to the target plus its pauses
-(probes and restarts). A run that misses its target counts as its time limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
+batch), re-tuned over rates and momenta only (the pauses before batches were candidates), and
+pinned (`--no-retune`). A re-tuned run's time is what the user waits for: its training to the
+target plus its pauses (probes and restarts). A run that misses its target counts as its time
+limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
 the rates and batches the pauses chose.
 
 Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
@@ -39,13 +39,12 @@ from omnitune.runtime import job
 FULL = ("teacher-mlp", "shapes-resnet")
 QUICK = ("lenet-digits",)
 COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs", "batches"]
-ARMS = ("re-tuned", "rates only", "no step-down", "pinned")   # what the run may change: everything, lr and momentum,
-                                                              # everything but the half-way step (job.STEP_DOWN), nothing
+ARMS = ("re-tuned", "rates only", "pinned")     # what a pause may change: everything, lr and momentum, nothing
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
-    options = job.RunOptions(max_time_s=limit_s, retune=arm != "pinned", step_down=arm != "no step-down")
-    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm != "rates only") \
+    options = job.RunOptions(max_time_s=limit_s, retune=arm != "pinned")
+    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm == "re-tuned") \
         if options.retune else (None, None)
     s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
     pauses = work / tag / "replans.jsonl"
@@ -83,8 +82,7 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
                      "runs": rs, "plan": describe_plan(planned["plan"])})
     by = {r["config"]: r for r in rows}
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
-                           ("rates only", "pinned", "retuned_over_pinned"),
-                           ("re-tuned", "no step-down", "step_over_no_step")):
+                           ("rates only", "pinned", "retuned_over_pinned")):
         if arm in by and over in by:        # a median that is a miss is only a bound: no ratio
             by[arm][key] = (by[arm]["median_s"] / by[over]["median_s"]
                             if median_reached(by[arm]["runs"]) and median_reached(by[over]["runs"]) else None)

@@ -460,70 +460,6 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     assert 8.0 < alone * 9 / 7 < 12.0
 
 
-@pytest.mark.parametrize("step_down", [True, False])
-def test_a_run_at_a_constant_rate_steps_it_down_once_half_way(tmp_path, monkeypatch, step_down):
-    """run_with_replans on a fake clock: the first segment is told when being half way may end it
-    (once a resume fits the budget: RESUME_S / RETUNE_SHARE) and ends there at 30 s, its last
-    reading marked; the run goes on at a third of the rate with no probes, the decision in
-    replans.jsonl, and is never told again. Without `step_down` no segment is told at all. Fails
-    if a half-way stop re-tunes, steps twice, or passes unrecorded."""
-    import json
-    from dataclasses import replace
-
-    from omnitune.core import plan as plan_mod
-    from omnitune.runtime import job
-    from omnitune.runtime.summary import RunSummary
-    from tests.conftest import make_plan
-
-    clock = {"t": 0.0, "train": 0.0}
-    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
-    launched = []
-    run_dir = tmp_path / "run"
-
-    def run_job(args):
-        launched.append(args)
-        clock["t"] += job.RESUME_S
-        end = 30.0 if args.halfway_from_s <= 30.0 else min(args.stop_at_s, 100.0)
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"train_s": end, "iteration": int(10 * end), "test_accuracy": 0.9,
-                                **({"halfway": True} if end == 30.0 else {})}) + "\n")
-        clock["t"] += end - clock["train"]
-        clock["train"] = end
-        return RunSummary(1, end >= 100.0, 100.0 if end >= 100.0 else None, None, int(10 * end), 0.5, 0.99, None,
-                          0.1, 0.1, end, 0.0, "", "sync", 1, (int(10 * end),), 0.0, 1)
-
-    def replan(spec, checkpoint, why):
-        raise AssertionError(f"no probes here: {why}")
-
-    monkeypatch.setattr(job, "run_job", run_job)
-    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.1, target=0.97))
-    args = job.prepare(plan.spec, str(run_dir), job.RunOptions(max_time_s=100))
-    s = job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=100.0,
-                             restart_s=job.RESUME_S, step_down=step_down)
-    assert s.reached_target
-    if not step_down:
-        assert [a.halfway_from_s for a in launched] == [float("inf")] and s.replans == 0
-        return
-    assert launched[0].halfway_from_s == pytest.approx(job.RESUME_S / job.RETUNE_SHARE)
-    assert [a.spec.lr for a in launched] == [0.1, 0.0333] and launched[1].halfway_from_s == float("inf")
-    assert plan_mod.load(launched[1].plan_path).spec == launched[1].spec
-    records = [json.loads(line) for line in (run_dir / "replans.jsonl").read_text().splitlines()]
-    assert [(r["why"], r["before"]["lr"], r["after"]["lr"], r["iteration"]) for r in records] == [
-        ("half way", 0.1, 0.0333, 300)]
-    assert s.replans == 1 and s.replan_s == pytest.approx(job.RESUME_S)     # the resume is all it cost
-
-
-def test_only_a_constant_rate_with_a_target_steps_down():
-    from dataclasses import replace
-
-    from omnitune.runtime.job import stepping
-    from tests.conftest import make_spec
-
-    assert stepping(make_spec("sync", [["cpu0"]]))                            # lenet-digits: SGD, constant
-    assert not stepping(make_spec("sync", [["cpu0"]], workload="charlm-stdlib", horizon=2000))    # its cosine
-    assert not stepping(replace(make_spec("sync", [["cpu0"]]), target_accuracy=None))
-
-
 def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     """teacher-mlp's stalled pause at 10.5 s (batch 64, lr 0.033) read a tenth of the rate lower on
     both losses beyond the noise and took it; the run then missed its target. A stalled pause now
@@ -540,44 +476,6 @@ def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     assert retune.lowest(False) == 1.0 and retune.lowest(True) == retune.STALL_STEP and retune.lowest(True, True) == 0
 
 
-def test_a_pause_that_lowered_the_rate_takes_the_half_way_steps_place(tmp_path, monkeypatch):
-    """run_with_replans on a fake clock: a pause at 20 s lowers lr 0.1 to 0.0333 (a stall's step);
-    the next segment is not told to step down half way. Fails if the rate could fall twice for
-    one reason."""
-    import json
-    from dataclasses import replace
-
-    from omnitune.core import plan as plan_mod
-    from omnitune.runtime import job
-    from omnitune.runtime.summary import RunSummary
-    from tests.conftest import make_plan
-
-    clock = {"t": 0.0, "train": 0.0}
-    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
-    launched, run_dir = [], tmp_path / "run"
-
-    def run_job(args):
-        launched.append(args)
-        end = 20.0 if len(launched) == 1 else 100.0
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"train_s": end, "iteration": int(10 * end), "test_accuracy": 0.9, "stalled": True}) + "\n")
-        clock["t"] += end - clock["train"] + job.RESUME_S
-        clock["train"] = end
-        return RunSummary(1, end >= 100.0, 100.0 if end >= 100.0 else None, None, int(10 * end), 0.5, 0.99, None,
-                          0.1, 0.1, end, 0.0, "", "sync", 1, (int(10 * end),), 0.0, 1)
-
-    def replan(spec, checkpoint, why):
-        return replace(spec, lr=0.0333), {"before": {}, "after": {}, "switched": True}
-
-    monkeypatch.setattr(job, "run_job", run_job)
-    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.1, target=0.97))
-    args = job.prepare(plan.spec, str(run_dir), job.RunOptions(max_time_s=100))
-    job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=0.1,
-                         restart_s=job.RESUME_S, step_down=True)
-    assert launched[0].halfway_from_s < 20.0 and [a.spec.lr for a in launched] == [0.1, 0.0333]
-    assert launched[1].halfway_from_s == float("inf")
-
-
 @pytest.mark.parametrize("last, told", [(2200, "schedule"), (2600, "stall"), (None, "stall")])
 def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypatch, last, told):
     """run_with_replans on a fake clock: the segment ends stalled; its readings' error halves every
@@ -592,12 +490,12 @@ def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypat
     from omnitune.runtime import job
     from omnitune.runtime.summary import RunSummary
     from tests.conftest import make_plan
-    from tests.test_monitor import halving
 
     clock = {"t": 0.0, "train": 0.0}
     monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
     run_dir, launched, told_why = tmp_path / "run", [], []
-    curve = halving(range(0, last + 1, 200)) if last else [(i, 0.9) for i in range(0, 2601, 200)]
+    halving = [(i, 1 - 0.5 * 2 ** (-i / 1000)) for i in range(0, (last or 0) + 1, 200)]
+    curve = halving if last else [(i, 0.9) for i in range(0, 2601, 200)]
 
     def run_job(args):
         launched.append(args)

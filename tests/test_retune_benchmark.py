@@ -9,8 +9,7 @@ from tests.conftest import DATA
 
 
 def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypatch):
-    """Seed by seed, re-tuned, over rates only, with no half-way step, then pinned, rotated each seed; only
-    re-tuned and no step-down price other batches
+    """Seed by seed, re-tuned, over rates only, then pinned, rotated each seed; only re-tuned prices other batches
     (its re-tuner gets the hardware model of the plan's profile, as api.run gives it); a re-tuned
     run's time is its training to the target plus its pauses; a miss counts as the limit; the
     ratios are of the medians. Fails if the pauses are left out of the
@@ -27,7 +26,7 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
     def run(path, out_dir, options, replan=None, first_pause_s=None):
         name = Path(out_dir).name
         order.append((name.removeprefix("teacher-mlp-").rsplit("-", 1)[0], options.retune,
-                      callable(replan.keywords["step_s"]) if replan else None, options.step_down))
+                      callable(replan.keywords["step_s"]) if replan else None))
         assert (first_pause_s is not None and first_pause_s > 0) == options.retune
         reached = name != "teacher-mlp-pinned-s2"
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None,
@@ -35,14 +34,12 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
                                wall_s=20.0, eval_s=1.0, stalled_at_s=None)
     monkeypatch.setattr(bench_retune.job, "run", run)
     rows = bench_retune.bench("teacher-mlp", 50.0, (1, 2), tmp_path, quick=False)
-    arms = [("re-tuned", True, True, True), ("rates-only", True, False, True), ("no-step-down", True, True, False),
-            ("pinned", False, None, True)]
+    arms = [("re-tuned", True, True), ("rates-only", True, False), ("pinned", False, None)]
     assert order == arms + arms[1:] + arms[:1]                      # the second seed in a rotated order
-    tuned, rates, no_step, pinned = rows
+    tuned, rates, pinned = rows
     assert [r["time_s"] for r in tuned["runs"]] == [13.0, 13.0] and [r["time_s"] for r in pinned["runs"]] == [10.0, 50.0]
     # pinned missed one of its two: its median (30 s) is half a miss, a bound, so no ratio is taken
     assert tuned["retuned_over_pinned"] is None and tuned["batches_over_rates_only"] == 1.0
-    assert tuned["step_over_no_step"] == 1.0
 
 
 def test_a_ratio_needs_a_median_that_reached_the_target():

@@ -234,8 +234,6 @@ def run(
                                 "diverges; --no-retune runs the plan as it is"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
-    step_down: bool = typer.Option(True, "--step-down/--no-step-down", help="with re-tuning, a run at a constant "
-                                   "rate lowers it threefold once, half way to its target at its recent pace"),
     stop_on_stall: bool = typer.Option(False, help="instead of re-tuning, end the run once the latest fifth of "
                                        "its training reads no better than the fifth before"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
@@ -274,7 +272,7 @@ def run(
                                  resume=resume, from_scratch=from_scratch, replan_every_s=replan_every_s,
                                  replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
                                  max_restarts=max_restarts, node_rank=node_rank, retune=retune,
-                                 stop_on_stall=stop_on_stall, step_down=step_down)
+                                 stop_on_stall=stop_on_stall)
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…") as status:
             with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):

@@ -28,7 +28,6 @@ from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
 from omnitune.runtime import checkpoint, launch as launch_mod, segments, workload as workload_mod
 from omnitune.runtime.context import JobArgs
-from omnitune.runtime.monitor import HALFWAY
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes
@@ -53,7 +52,6 @@ class RunOptions:
     node_rank: int | None = None              # which node of a plan on several nodes this is
     retune: bool = True                       # re-tune lr, momentum, batch, protocol in the run (`retuning`)
     stop_on_stall: bool = False               # instead of re-tuning, end a run that stalls (monitor.STALL_SHARE)
-    step_down: bool = True                    # a re-tuned run at a constant rate steps it down half way (`stepping`)
 
     def __post_init__(self) -> None:
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
@@ -145,8 +143,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     body = functools.partial(run_with_replans, plan, job, options.replan_every_s, replan, first_pause_s,
                              restart_s=RESUME_S if segments.waits(job) else RESTART_S,
-                             from_limit=plan.prediction.iters_to_target is None,
-                             step_down=options.step_down and stepping(plan.spec))
+                             from_limit=plan.prediction.iters_to_target is None)
     return segments.resident(body, run_job)
 
 
@@ -209,18 +206,13 @@ RESUME_S = 0.15          # or, where the processes wait for the next segment (se
 # re-fits the horizon at its own pace once it has trained PACE_CHECK_SHARE of its time limit: a
 # segment boundary with no probes (`paced`).
 PACE_CHECK_SHARE = 0.05
-# A run at a constant rate has no schedule to lower it near its end, and a pause's short readings
-# cannot tell when a lower rate starts to pay (short-horizon bias: they favour it early, when it
-# costs, as much as late). So once the run is half way to its target at its recent pace
-# (monitor.HALFWAY), the rate steps down by STEP_DOWN, once, with no probes: a segment boundary
-# (`stepping`). Later pauses may raise it again where they read a gain beyond the noise; a pause
-# that lowered the rate per sample before it took the step's place.
-STEP_DOWN = 1 / 3
-# Before half way, a stall or being off pace pauses the run as the schedule does: no lower rate is
-# read. Short-horizon bias is at its worst early: teacher-mlp's plan of batch 64, lr 0.01 (116 s to
-# its target in plan_quality's screening) stalled at 6.7 s and its pause went to a third of the
-# rate; off pace at 26 s, to a thirtieth; it missed its target in 240 s (2026-11-28). Lower rates
-# come half way (STEP_DOWN), or where the recent pace never gets there (eta.way: None).
+# Before LOWER_FROM of its way to the target at its recent pace (eta.way), a stall or being off
+# pace pauses the run as the schedule does: no lower rate is read. Short-horizon bias is at its
+# worst early: teacher-mlp's plan of batch 64, lr 0.01 (116 s to its target in plan_quality's
+# screening) stalled at 6.7 s and its pause took a third of the rate; off pace at 26 s, a tenth
+# of that; it missed its target in 240 s (2026-11-28). Where the pace never gets there (eta.way
+# None), a stall is a stall.
+LOWER_FROM = 0.5
 
 
 def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
@@ -230,20 +222,9 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
     return max(2.0 * last_stop_s, (spent_s + cost_s) / RETUNE_SHARE)
 
 
-def noise(spec: RunSpec) -> float:
-    """The rate per sample of batch (retune.Setting.noise)."""
-    return spec.lr / sum(spec.batch_size.values())
-
-
-def stepping(spec: RunSpec) -> bool:
-    """Whether a re-tuned run of `spec` steps its rate down half way (STEP_DOWN): where its recipe
-    keeps a constant rate and it has a target to be half way to."""
-    return spec.target is not None and workload_mod.load(spec.workload).recipe.schedule == "constant"
-
-
 def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner,
                      first_pause_s: float | None = None, launch: Callable[[JobArgs], RunSummary] | None = None,
-                     restart_s: float = RESTART_S, from_limit: bool = False, step_down: bool = False) -> RunSummary:
+                     restart_s: float = RESTART_S, from_limit: bool = False) -> RunSummary:
     """The run in segments, re-tuned between them; `launch` runs a segment (default `run_job`:
     new processes for each; segments.py keeps them). A pause costs what the run waits for: the
     re-tuning probes and the restart of the processes after them (the next segment's wall time
@@ -251,8 +232,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     `next_stop`, or every `every_s` seconds of training. Until a pause is timed, its probes are
     taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart.
     A schedule is re-fitted at the run's pace first (`pace_check_at`, `paced`; `from_limit`: its
-    horizon spans the time limit, the plan predicting no iterations). With `step_down`, the rate
-    steps down once, half way (STEP_DOWN), where going on fits the budget."""
+    horizon spans the time limit, the plan predicting no iterations)."""
     run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
     launch = launch or run_job
     train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
@@ -278,10 +258,9 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         # runs that reach their target at 89 s, and a pause then lowered its rate a hundredfold,
         # with which it missed its target (CHANGELOG).
         stall_from_s = (before_s + cost_s) / RETUNE_SHARE
-        halfway_from_s = (before_s + restart_s) / RETUNE_SHARE if step_down else math.inf
         began, segment_from_s = time.perf_counter(), train_s
         summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s,
-                                             pace_wait_s=cost_s, halfway_from_s=halfway_from_s))
+                                             pace_wait_s=cost_s))
         stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
         diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
         if resumed:          # this segment began with a restart after a pause
@@ -302,17 +281,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
             owed_s = restart_s
             continue
         why = pause_why([r for r in readings(run_dir) if r.get("train_s", 0.0) > segment_from_s])
-        if why == "half way":
-            step_down, spec = False, dataclasses.replace(job.spec, lr=float(f"{job.spec.lr * STEP_DOWN:.3g}"))
-            replans, owed_s = replans + 1, restart_s
-            append_jsonl(run_dir / "replans.jsonl", {
-                "why": why, "iteration": summary.iterations, "train_s": train_s, "replan_s": 0.0, "spent_s": spent_s,
-                "switched": True, "before": {"lr": job.spec.lr}, "after": {"lr": spec.lr}, "restart_s": restart_s,
-                "reason": f"half way to the target at the recent pace: the rate steps down by {1 / STEP_DOWN:g}"})
-            plan, job = replanned(plan, job, spec, run_dir / f"plan-replan-{replans}.json")
-            continue
         way = eta.way(readings(run_dir), job.spec.target) if job.spec.target else None
-        early = why if why in ("stall", "off pace") and way is not None and way < HALFWAY else None
+        early = why if why in ("stall", "off pace") and way is not None and way < LOWER_FROM else None
         why = "schedule" if early else why
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
@@ -323,8 +293,6 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         at = back_at if back_at is not None else summary.iterations      # where the next segment starts
         spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
         record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
-        if noise(spec) < noise(job.spec) * 0.99:       # a pause lowered the rate: the step is taken
-            step_down = False
         append_jsonl(run_dir / "replans.jsonl", record)
         # A divergence the pause found no better setting for was most likely noise: the run no
         # longer stops for one (each stop would cost a pause, and change nothing).
@@ -373,7 +341,7 @@ def paced(spec: RunSpec, summary: RunSummary, max_time_s: float, from_limit: boo
 
 def pause_why(segment: list[dict]) -> str:
     """Why the run pauses, from the evaluations of the segment that ends: "divergence" where the
-    latest diverged, "half way" where it was half way (monitor.HALFWAY), "off pace" where any of them was (monitor.off_pace), "stall" where any was
+    latest diverged, "off pace" where any of them was (monitor.off_pace), "stall" where any was
     stalled, else "schedule". A run that swings
     (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s, stalled through most of it)
     reads unstalled at one evaluation and stalled at the next; judged by its latest, it paused as
@@ -381,8 +349,6 @@ def pause_why(segment: list[dict]) -> str:
     latest = segment[-1] if segment else {}
     if latest.get("diverged"):
         return "divergence"
-    if latest.get("halfway"):
-        return "half way"
     if any(r.get("off_pace") for r in segment):
         return "off pace"
     return "stall" if any(r.get("stalled") for r in segment) else "schedule"

@@ -13,7 +13,6 @@ import torch
 
 from omnitune.core.target import Target, of
 from omnitune.core.files import append_jsonl
-from omnitune.efficiency import statmodel
 from omnitune.efficiency.statmodel import EVIDENCE
 from omnitune.runtime.flat import get_params, num_params
 from omnitune.runtime.workload import Workload, evaluate
@@ -39,14 +38,6 @@ STALL_EVALS = 5
 # with its first half all but empty (gru-count paused at 62 s and, judged at 125 s on the one
 # reading before 62.5 s, again, and lowered a rate that was climbing a tenfold).
 PACE_READINGS = 3
-# A re-tuned run at a constant rate is half way once its iterations are at least HALFWAY of those
-# at which its recent pace crosses the target (statmodel.pace_crossing, over this segment's
-# readings, as the live ETA reads them): its segment ends there, and the rate steps down
-# (job.run_with_replans). teacher-mlp at batch 256, lr 0.1 (2026-11-28, from one checkpoint each,
-# 2 seeds): going on at a third of the rate from 35 s (5,600-7,600 iterations) reached 0.985 in
-# 9,900 and 8,600 iterations against 12,900 and 15,500 at the rate kept; from 15 s (3,600) in
-# 12,400 and 13,600 against 11,800 and 11,500. A pause's readings told neither apart.
-HALFWAY = 0.5
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
 # since its first DIVERGE_WARMUP minibatches: a rate too high for where the run now is. The
@@ -115,9 +106,6 @@ class Monitor:
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
     pace_wait_s: float = float("inf")         # being off pace ends it once the latest half lasted this long
-    halfway_from_s: float = float("inf")      # being half way (HALFWAY) at or after this training time ends it
-    halfway: bool = False                     # half way now (only where halfway_from_s is finite)
-    curve: list = field(default_factory=list)  # (iteration, score) of this segment's evaluations
     limit_s: float = float("inf")             # the whole run's time limit, which its pace is judged by
     off_pace: bool = False                    # off pace now (`off_pace`; only where pace_wait_s is finite)
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
@@ -195,11 +183,9 @@ class Monitor:
 
     def progress_ends(self, train_s: float) -> bool:
         """Whether the run's progress ends it at `train_s`: a stall past `stall_stop_from_s`, or
-        being off pace once the latest half of the training lasted `pace_wait_s`, or being half
-        way (HALFWAY) past `halfway_from_s`."""
+        being off pace once the latest half of the training lasted `pace_wait_s`."""
         return (self.stalled and train_s >= self.stall_stop_from_s
-                or self.off_pace and train_s / 2 >= self.pace_wait_s
-                or self.halfway)
+                or self.off_pace and train_s / 2 >= self.pace_wait_s)
 
     def out_of_time(self, iteration: int) -> bool:
         """Past the time limit, and, with `min_iters`, past that many iterations since the first
@@ -267,15 +253,11 @@ class Monitor:
             self.time_to_target_s, self.wall_to_target_s = wall - self.eval_s, wall
         if self.note_score(score, wall - self.eval_s) and not self.diverged:
             self.keep_best(iteration, wall - self.eval_s)
-        self.curve.append((iteration, score))
-        self.halfway = (wall - self.eval_s >= self.halfway_from_s and self.evaluations >= STALL_EVALS
-                        and score < self.target.score and half_way(self.curve, self.target, len(self.test)))
         line = {"wall_s": round(wall, 4), "train_s": round(wall - self.eval_s, 4), "attempt": self.attempt,
                 "time": round(time.time(), 3), "iteration": iteration, "train_loss": finite(train_loss),
                 "test_loss": finite(test_loss), "test_accuracy": accuracy,
                 **({"stalled": True} if self.stalled else {}), **({"off_pace": True} if self.off_pace else {}),
-                **({"diverged": True} if self.diverged else {}), **({"halfway": True} if self.halfway else {}),
-                **(extra or {})}
+                **({"diverged": True} if self.diverged else {}), **(extra or {})}
         append_jsonl(self.metrics_path, line)
         self.eval_s += self.elapsed() - wall
 
@@ -300,14 +282,6 @@ def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
         return False
     pace = (m2 - m1) / (t2 - t1) if t2 > t1 else 0.0
     return pace <= 0 or now + (target - m2) / pace > limit_s
-
-
-def half_way(curve: list[tuple[int, float]], target: Target, test_size: int) -> bool:
-    """Whether the latest iteration of `curve` is at least HALFWAY of those at which its recent
-    pace crosses `target` (statmodel.pace_share; no crossing, or one past statmodel.TOO_FAR
-    times the iterations so far, is not half way)."""
-    share = statmodel.pace_share(*zip(*curve), target.score, None if target.on_loss else test_size)
-    return share is not None and share >= HALFWAY
 
 
 def settle(model: torch.nn.Module) -> None:
