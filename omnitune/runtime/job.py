@@ -280,8 +280,9 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
             plan, job = replanned(plan, job, spec, run_dir / "plan-paced.json")
             owed_s = restart_s
             continue
-        why = pause_why([r for r in readings(run_dir) if r.get("train_s", 0.0) > segment_from_s])
-        way = eta.way(readings(run_dir), job.spec.target) if job.spec.target else None
+        lines = readings(run_dir)
+        why = pause_why([r for r in lines if r.get("train_s", 0.0) > segment_from_s])
+        way = eta.way(lines, job.spec.target) if job.spec.target else None
         early = why if why in ("stall", "off pace") and way is not None and way < LOWER_FROM else None
         why = "schedule" if early else why
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
