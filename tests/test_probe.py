@@ -89,3 +89,25 @@ def test_a_probe_that_goes_on_reads_as_one_probe_of_all_its_iterations(digits):
     assert went_on.start_loss == short.start_loss == fresh.start_loss
     assert went_on.train_loss == pytest.approx(sum(end.losses[30:]) / 10)
     assert went_on.seconds > short.seconds and end.seconds == went_on.seconds
+
+
+def test_the_noise_scale_grows_as_a_model_learns_and_is_measured_without_an_update(digits):
+    """gradient_noise on lenet-digits at batch 32, lr 0.05: after 150 updates phi is about 100
+    samples; after 450, with the loss far lower, several times that (about 800), as McCandlish et
+    al. found over training. The weights are left as they were."""
+    import torch
+
+    from omnitune.probing.emulator import emulator
+    from omnitune.probing.probe import gradient_noise
+
+    wl, train, _ = digits
+    emu = emulator(wl, train, ProbeConfig(Sync(), ((32,),), 0.05, 0.9), 0)
+    for _ in range(150):
+        emu.step()
+    early = gradient_noise(wl, train, emu.checkpoint_state()["model"], 32, seed=1)[0]
+    for _ in range(300):
+        emu.step()
+    state = {k: v.clone() for k, v in emu.checkpoint_state()["model"].items()}
+    later = gradient_noise(wl, train, state, 32, seed=1)[0]
+    assert 0 < early < 300 and later > 3 * early
+    assert all(torch.equal(state[k], v) for k, v in emu.checkpoint_state()["model"].items())

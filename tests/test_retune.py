@@ -522,3 +522,78 @@ def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypat
     record = json.loads((run_dir / "replans.jsonl").read_text().splitlines()[0])
     assert record.get("early") == ("stall" if told == "schedule" else None)
     assert (record["way"] is None) == (last is None)
+
+
+def test_the_goodput_grows_the_batch_as_the_noise_scale_grows():
+    """retune.grown on the calibrated profile's hardware model (sync on two cores, batch 8 each;
+    64 the largest it measured): at a noise scale far below the batch nothing grows; at 100
+    samples four times the batch at AdaScale's rate, under four times the rate; and nothing past
+    the largest batch the profile timed. Fails if the rate scales linearly whatever phi, or if the
+    batch grows on the hardware alone."""
+    from dataclasses import replace
+
+    from tests.conftest import make_spec
+
+    step_s = calibrated_step_s()
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
+    assert retune.grown(spec, step_s, 1.0) is None
+    setting, ratio = retune.grown(spec, step_s, 100.0)
+    assert setting.batch == 4.0 and setting.momentum == 0.9 and ratio > 1 + retune.GOODPUT_GAIN
+    assert setting.lr == pytest.approx(0.1 * 4 * (100 + 16) / (100 + 64), rel=0.01) and setting.lr < 0.4
+    assert retune.grown(spec, step_s, math.inf)[0].lr == pytest.approx(0.4)
+    assert retune.grown(replace(spec, batch_size={"cpu0": 64, "cpu1": 64}), step_s, 1e6) is None
+    assert retune.grown(spec, None, 100.0) is None
+
+
+@pytest.mark.parametrize("grown_raw, grown_cooled, switches", [(1.01, 1.01, True), (0.9, 0.9, True),
+                                                                (1.2, 1.0, False), (1.0, 1.2, False)])
+def test_the_goodputs_batch_is_taken_unless_its_readings_are_worse_beyond_the_noise(grown_raw, grown_cooled,
+                                                                                   switches):
+    """The current setting read 1.00 and 1.02 (noise 0.02). The goodput's larger batch is taken at a
+    reading within that noise (short reads favour the smaller batch, so a tie is no reason to stay)
+    or better, and refused where either loss is worse beyond it, the reason saying so."""
+    now, bigger = retune.Setting(0.1, 0.9), retune.Setting(0.3, 0.9, 4.0)
+    d = decide(now, {now: readings((1.0, 1.0), (1.02, 1.02)),
+                     bigger: readings((grown_raw, grown_cooled), (grown_raw, grown_cooled))}, growth=bigger)
+    assert d.switched is switches and d.setting == (bigger if switches else now)
+    assert ("goodput grows" in d.reason) is switches and ("beyond the noise" in d.reason) is not switches
+    assert not decide(now, {now: readings((1.0, 1.0)), bigger: [Reading(math.inf, math.inf, 0.0)]},
+                      growth=bigger).switched
+
+
+def test_a_rate_that_wins_beyond_the_noise_goes_before_the_goodputs_batch():
+    now, bigger, higher = retune.Setting(0.1, 0.9), retune.Setting(0.3, 0.9, 4.0), retune.Setting(0.3, 0.9)
+    d = decide(now, {now: readings((1.0, 1.0), (1.0, 1.0)), higher: readings((0.8, 0.8), (0.8, 0.8)),
+                     bigger: readings((0.9, 0.9), (0.9, 0.9))}, growth=bigger)
+    assert d.setting == higher
+
+
+def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path, monkeypatch):
+    """probe.retune with the hardware model: the noise scale measured at the checkpoint (faked at
+    1,000 samples) makes four times the batch a candidate at AdaScale's rate; it reads like the
+    current setting, and the run goes on with it; replans' record says why, with phi and the
+    goodput's gain. Without the hardware model nothing is measured."""
+    import torch
+
+    from omnitune.probing import probe
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
+    read = []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters):
+        read.append((setting, iters))
+        return Reading(1.0, 1.0, 0.0)
+    monkeypatch.setattr(probe, "pause_reading", fake)
+    monkeypatch.setattr(probe, "first", lambda test, n: test)
+    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
+    bigger = retune.grown(spec, calibrated_step_s(), 1000.0)[0]
+    assert [s for s, _ in read].count(bigger) == 2 and dict(read)[bigger] < 30
+    assert new.batch_size == {"cpu0": 32, "cpu1": 32} and new.lr == bigger.lr and record["switched"]
+    assert record["noise_scale"] == 1000.0 and record["goodput_gain"] > 1 + retune.GOODPUT_GAIN
+    assert "goodput grows" in record["reason"]
+    _, plain = probe.retune(spec, ckpt, "schedule", iters=30)
+    assert plain["noise_scale"] is None and not plain["switched"]

@@ -57,6 +57,7 @@ from typing import NamedTuple
 from omnitune.core import protocols
 from omnitune.core.protocols import Variant
 from omnitune.core.runspec import RunSpec
+from omnitune.efficiency import goodput
 from omnitune.planning.hardware import StepTime
 from omnitune.planning.space import OMNIVORE_MOMENTA
 
@@ -70,6 +71,8 @@ COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
 BATCH_STEPS = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
 PROTOCOL_GAIN = 0.1      # another protocol is a candidate where it trains this much more samples a second
 PROTOCOLS = 2            # and at most this many, the fastest
+GROWTH = (2.0, 4.0)      # batch scales the goodput may grow to (`grown`), where the hardware model prices them
+GOODPUT_GAIN = 0.10      # and only for this much more goodput (Pollux re-configures for ~5%: its batches thrashed without)
 
 
 class Setting(NamedTuple):
@@ -124,6 +127,27 @@ def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
     if step_s is None or not step_s(spec):
         return ()
     return tuple(f for f in BATCH_STEPS if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
+
+
+def grown(spec: RunSpec, step_s: StepTime | None, phi: float) -> tuple[Setting, float] | None:
+    """The larger batch with the most goodput at the gradient noise scale `phi` (goodput.py), at
+    AdaScale's rate, and its goodput over the current batch's; None where no scale of GROWTH the
+    hardware model prices gains GOODPUT_GAIN. The batch only grows: phi grows over a run
+    (teacher-mlp at batch 64, lr 0.03: about 100 untrained, 700-900 at 1,000 iterations, 2,000-2,500
+    at 6,000-10,000, 3,400-5,800 at 15,000), and a pause's short readings favour small batches."""
+    now = throughput(spec, step_s)
+    if now is None or math.isnan(phi):
+        return None
+    m0 = spec.variant.samples_per_update(spec.group_batches)
+    speeds = {1.0: now}
+    for f in GROWTH:
+        other = scaled(spec, f)
+        if other.batch_size != spec.batch_size and (x := throughput(other, step_s)) is not None:
+            speeds[f] = x
+    scale, ratio = goodput.best_scale(phi, m0, speeds)
+    if scale <= 1.0 or ratio < 1 + GOODPUT_GAIN:
+        return None
+    return Setting(rate(spec.lr, goodput.gain(phi, m0, scale * m0)), spec.momentum, scale), ratio
 
 
 def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Variant, float, float], ...]:
@@ -230,7 +254,8 @@ def lowest(stalled: bool, off_pace: bool = False) -> float:
 
 
 def decide(current: Setting, readings: dict[Setting, list[Reading]], target: float = math.inf,
-           stalled: bool = False, diverged: bool = False, off_pace: bool = False) -> Decision:
+           stalled: bool = False, diverged: bool = False, off_pace: bool = False,
+           growth: Setting | None = None) -> Decision:
     """Switch to the `challenger` only when it beats the current setting by more than the noise
     on both the raw and the cooled loss: the larger spread of the two settings' repeats, and at
     least NOISE_FLOOR of the current loss. The raw loss alone favours low rates (short-horizon
@@ -245,8 +270,11 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     8: a third of the rate read 0.11 lower cooled and 0.46 raw, but the current rate's own repeats
     spread 0.085 cooled and more raw, its swinging being the trouble, and the run stayed and
     missed; with no floor at all, teacher-mlp switched on gaps of 0.0020, 0.0005 and 0.0002 at a
-    loss of 0.25, coin tosses). Then, where the chosen setting's cool-down reached the `target`
-    score on every repeat, go on cooled."""
+    loss of 0.25, coin tosses). Where no challenger wins, the `growth` (`grown`: a larger batch
+    the goodput favours) is taken unless a reading of it is worse than the current setting's
+    beyond the noise (`vetoed`): the goodput is the reason to switch, the readings only a check
+    that the new batch and its rate train. Then, where the chosen setting's cool-down reached the
+    `target` score on every repeat, go on cooled."""
     cooled = means(readings, "cooled")
     if current not in cooled or diverged:
         best = min(cooled, key=cooled.get, default=current)
@@ -269,7 +297,27 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
         margin = gaps["cooled"][1] if rival else max(noise([r.cooled for r in readings[current]]), floors["cooled"])
         d = Decision(current, False, margin, f"no setting beat {cooled[current]:.4f} (cooled) and "
                                              "its raw loss by more than the noise")
+    if not d.switched and growth is not None:
+        why = vetoed(readings, current, growth)
+        if not why:
+            return cool(Decision(growth, True, gap(readings, current, growth, "cooled")[1],
+                                 f"the goodput grows the batch {growth.batch:g}x at lr {growth.lr:g}; its readings "
+                                 "are within the noise of the current setting's or better"), readings, target)
+        d = replace(d, reason=f"{d.reason}; the batch {growth.batch:g}x the goodput favours {why}")
     return cool(d, readings, target)
+
+
+def vetoed(readings: dict[Setting, list[Reading]], current: Setting, growth: Setting) -> str:
+    """Why the readings refuse the goodput's larger batch ("" if they do not): no finite reading
+    of it, or a raw or cooled validation loss above the current setting's by more than the noise
+    (`gap`)."""
+    if growth not in means(readings, "cooled") or growth not in means(readings, "raw"):
+        return "diverged in its reading"
+    for field in ("raw", "cooled"):
+        lower, margin = gap(readings, current, growth, field)
+        if -lower > margin:
+            return f"read {field} validation loss {-lower:.4f} higher, beyond the noise {margin:.4f}"
+    return ""
 
 
 def gap(readings: dict[Setting, list[Reading]], current: Setting, rival: Setting, field: str) -> tuple[float, float]:

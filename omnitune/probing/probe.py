@@ -22,7 +22,7 @@ from omnitune.core.target import Target, of
 from omnitune.core import env
 from omnitune.core.plan import Plan
 from omnitune.core.runspec import RunSpec
-from omnitune.efficiency import statmodel
+from omnitune.efficiency import goodput, statmodel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import retune as retune_mod
 from omnitune.planning.budget import EVALS, probe_test_size
@@ -31,7 +31,8 @@ from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import checkpoint
-from omnitune.runtime.workload import Workload, evaluate, first
+from omnitune.runtime.flat import get_grads, num_params
+from omnitune.runtime.workload import Workload, batches, evaluate, first
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,37 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
 
 
+NOISE_DRAWS = 32            # minibatch gradients a pause's noise scale is measured on (goodput.noise_scale)
+
+
+def gradient_noise(wl: Workload, train, model_state: dict, batch: int, seed: int,
+                   draws: int = NOISE_DRAWS) -> tuple[float, float]:
+    """The gradient noise scale phi (samples) and |G|^2 of the model in `model_state`, from
+    `draws` gradients of `batch` samples each (goodput.noise_scale), in training mode, with no
+    update: the weights stay as they are."""
+    net = wl.build_model()
+    net.load_state_dict(model_state)
+    net.train()
+    data, grads = batches(train, batch, seed), []
+    for _ in range(draws):
+        x, y = next(data)
+        net.zero_grad(set_to_none=False)
+        wl.loss_fn(net(x), y).backward()
+        grads.append(get_grads(net, torch.empty(num_params(net))).numpy().astype(np.float64))
+    return goodput.noise_scale(np.stack(grads), batch)
+
+
+def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime | None) \
+        -> tuple[float | None, tuple[retune_mod.Setting, float] | None]:
+    """The gradient noise scale at the checkpoint, and the larger batch its goodput favours with
+    its gain (retune.grown); (None, None) where the hardware model prices no batch of the run's or
+    its recipe is not SGD (AdaScale's rate is SGD's). Measured on the largest group's batch."""
+    if step_s is None or retune_mod.throughput(spec, step_s) is None or wl.recipe.optimizer != "sgd":
+        return None, None
+    phi = gradient_noise(wl, train, state["model"], max(sum(g) for g in spec.group_batches), spec.seed + 3)[0]
+    return phi, retune_mod.grown(spec, step_s, phi)
+
+
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
     """What a pause's readings should cost before one was timed: each candidate a stalled run's
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
@@ -284,18 +316,23 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     # The current setting first: where it diverges from here, the pause reads as a stalled run's.
     readings = {current: [read(current, spec.seed + 1)]}
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
-    for setting in retune_mod.readable(every, stalled)[1:]:
-        readings[setting] = [read(setting, spec.seed + 1)]
+    phi, growth = noise_and_growth(wl, train, spec, state, step_s)
+    if growth is not None:
+        updates[growth[0]] = max(1, round(iters * retune_mod.pace(spec, growth[0], step_s)))
+    for setting in retune_mod.readable(every, stalled)[1:] + ([growth[0]] if growth else []):
+        readings.setdefault(setting, [read(setting, spec.seed + 1)])
     rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
-    for setting in (current, rival) if rival else ():     # again, on other batches: the noise
+    again = [current] + [s for s in (rival, growth and growth[0]) if s]
+    for setting in dict.fromkeys(again) if len(again) > 1 else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace)
+    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace, growth and growth[0])
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
     return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
-                 "margin": decision.margin, "reason": decision.reason,
+                 "margin": decision.margin, "reason": decision.reason, "noise_scale": phi,
+                 "goodput_gain": growth[1] if growth else None,
                  "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
                              "protocol": (s.variant or spec.variant).label, "updates": updates[s],
                              "loss": float(np.mean([r.cooled for r in v])),
