@@ -1,6 +1,6 @@
 """Does re-tuning during the run pay? One plan, run re-tuned and pinned, on real runs.
 
-    python -m benchmarks.retune [--quick] [--only NAME] [--seeds N] [--arms re-tuned,pinned]
+    python -m benchmarks.retune [--quick] [--only NAME] [--seeds N] [--arms re-tuned,pinned] [--plan PLAN]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
 checkpoint three ways, seed by seed across them (interleaved, so the machine's drift falls on
@@ -16,12 +16,19 @@ Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), ea
 to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
 check of the glue). --only names any of benchmarks.plan_quality's workloads (gru-count, held out,
 too); --arms runs some of the arms. Writes benchmarks/results/retune.json (retune-quick.json with --quick).
+
+    python -m benchmarks.retune --only teacher-mlp --plan PLAN.json [--arms ...]
+
+runs the arms on a plan `omnitune plan` wrote (its start checkpoint and profile beside it), not
+on one planned here: how re-tuning copes with a given plan, say a poor one, without waiting for
+the planner to make it. Writes benchmarks/results/retune-plan.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 from dataclasses import replace
@@ -55,12 +62,15 @@ def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> 
 
 
 def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: bool,
-          arms: tuple[str, ...] = ARMS) -> list[dict]:
-    prof = profiler.profile(local_cluster(), WORKLOADS[name].spec(name), None, profiler.Settings.make(quick),
-                            work / "logs")
-    prof_path = work / f"{name}.profile.json"
-    profile_mod.save(prof, prof_path)
-    planned = planned_with(prof, prof_path, name, WORKLOADS[name], 0, work)
+          arms: tuple[str, ...] = ARMS, given: Path | None = None) -> list[dict]:
+    if given is None:
+        prof = profiler.profile(local_cluster(), WORKLOADS[name].spec(name), None, profiler.Settings.make(quick),
+                                work / "logs")
+        prof_path = work / f"{name}.profile.json"
+        profile_mod.save(prof, prof_path)
+        planned = planned_with(prof, prof_path, name, WORKLOADS[name], 0, work)
+    else:
+        planned = given_plan(given, work)
     runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     for k, seed in enumerate(seeds):         # seed by seed across the arms, each seed in another order
         plan = plan_mod.load(planned["path"])          # beside it: its start checkpoint, shared
@@ -91,6 +101,17 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
     return rows
 
 
+def given_plan(path: Path, work: Path) -> dict:
+    """`--plan`: a plan written by `omnitune plan`, copied into `work` with its start checkpoint
+    and its profile (beside it, as the plan names them), so that each arm runs from the same
+    start and its pauses price batches with the same hardware model."""
+    plan = plan_mod.load(path)
+    for name in {path.name, plan.profile, plan.start} - {None}:
+        if (path.parent / name).is_file():
+            shutil.copy(path.parent / name, work / Path(name).name)
+    return {"path": work / path.name, "plan": plan}
+
+
 def median_reached(runs: list[dict]) -> bool:
     """Whether the runs' median time is of runs that reached the target (the middle one, or both
     middle ones): a miss counts as the limit, and a re-tuned run that reached it may take longer,
@@ -105,6 +126,8 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="a workload (repeatable)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 1 with --quick)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} to run (comma-separated)")
+    parser.add_argument("--plan", type=Path, help="with one --only: run the arms on this plan (its start checkpoint "
+                        "and profile beside it) instead of profiling and planning; writes retune-plan.json")
     args = parser.parse_args()
     arms = tuple(a.strip() for a in args.arms.split(","))
     if not arms or any(a not in ARMS for a in arms):
@@ -112,17 +135,23 @@ def main() -> None:
     if any(k not in WORKLOADS for k in args.only or ()):
         parser.error(f"--only: one of {', '.join(WORKLOADS)}")
     workloads = list(args.only) if args.only else list(QUICK if args.quick else FULL)
+    if args.plan is not None and (len(workloads) != 1 or not args.plan.is_file()
+                                  or plan_mod.load(args.plan).spec.workload != WORKLOADS[workloads[0]].spec(workloads[0])):
+        parser.error(f"--plan: a plan file for the one workload of --only, got {args.plan}")
     seeds = tuple(range(1, 1 + (args.seeds or (1 if args.quick else 3))))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in workloads:
-            rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick, arms)
-    if args.only and not args.quick:          # the other workloads' rows of the last full run stay
+            rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick, arms, args.plan)
+    if args.plan is not None:                 # a given plan's rows are kept apart from the benchmark's own
+        for r in rows:
+            r["given_plan"] = str(args.plan)
+    elif args.only and not args.quick:        # the other workloads' rows of the last full run stay
         last = RESULTS / "retune.json"
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
         rows = [r for r in kept if r["workload"] not in workloads] + rows
     print_rows("re-tuned, over rates only, and pinned (median s; a miss counts as the limit)", rows, COLUMNS)
-    path = write_results("retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
+    path = write_results("retune-plan" if args.plan is not None else "retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "seeds": list(seeds), "rows": rows})
     print(f"wrote {path}")
 

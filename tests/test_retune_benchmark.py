@@ -55,3 +55,32 @@ def test_a_ratio_needs_a_median_that_reached_the_target():
     assert median_reached([run(240, False), run(100, True), run(120, True)])
     assert not median_reached([run(10, True), run(50, False)])
 
+
+
+def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp_path, monkeypatch):
+    """--plan: the plan, its start checkpoint and its profile are copied into the work folder and the
+    arms run on that copy; no profile is taken and no plan made. Fails if the runs read the user's
+    files in place (a run writes beside its plan) or if the benchmark plans anyway."""
+    from dataclasses import replace
+
+    given = tmp_path / "mine"
+    given.mkdir()
+    plan = replace(plan_mod.load(DATA / "plan-v1.json"), profile="p.json", start="p.start.pt")
+    plan_mod.save(plan, given / "p.json.plan")
+    (given / "p.json").write_text("{}")
+    (given / "p.start.pt").write_bytes(b"x")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(bench_retune.profiler, "profile", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr(bench_retune, "describe_plan", lambda plan: {})
+    ran = []
+
+    def run(path, out_dir, options, replan=None, first_pause_s=None):
+        ran.append(Path(path).parent)
+        return SimpleNamespace(reached_target=True, time_to_target_s=10.0, replan_s=0.0, replans=0, wall_s=20.0,
+                               eval_s=1.0, stalled_at_s=None)
+    monkeypatch.setattr(bench_retune.job, "run", run)
+    rows = bench_retune.bench("teacher-mlp", 50.0, (1,), work, quick=False, arms=("pinned",),
+                              given=given / "p.json.plan")
+    assert ran == [work] and rows[0]["median_s"] == 10.0
+    assert sorted(p.name for p in work.iterdir()) == ["p.json", "p.json.plan", "p.start.pt", "teacher-mlp-plan-seed1.json"]
