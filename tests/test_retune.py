@@ -1,6 +1,7 @@
 """Re-tuning during a run (runtime/job.py, planning/retune.py): when the run pauses, what it compares, and when it
 switches."""
 
+import json
 import math
 
 import pytest
@@ -597,3 +598,7 @@ def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path,
     assert "goodput grows" in record["reason"]
     _, plain = probe.retune(spec, ckpt, "schedule", iters=30)
     assert plain["noise_scale"] is None and not plain["switched"]
+    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (math.inf, -1.0))     # all noise: linear scaling
+    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
+    assert record["noise_scale"] == "inf" and json.loads(json.dumps(record))["noise_scale"] == "inf"
+    assert new.lr == pytest.approx(0.4) and new.batch_size == {"cpu0": 32, "cpu1": 32}

@@ -41,6 +41,12 @@ A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
 prices: 7 readings, the repeats counted, not 9).
 
+The batch also grows by its goodput (`grown`, efficiency/goodput.py), as Pollux re-sizes
+batches: the gradient noise scale, measured at the pause, grows as the loss falls, and where two
+or four times the batch trains GOODPUT_GAIN more goodput by the hardware model, it is read at
+AdaScale's rate and taken unless its readings are worse than the current setting's beyond the
+noise (`vetoed`). A probe before the run sees only its start, where the noise scale is small.
+
 When the chosen setting's cool-down reaches the target on the validation subset, the run goes
 on at the cooled rate: a rate that sits on a plateau below the target while a lower one would
 cross it is the case re-tuning is for. Where the winner's momentum is zero or below, asynchrony

@@ -299,7 +299,9 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     reading wins, no margin asked).
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
-    the current setting's (retune.pace).
+    the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
+    the checkpoint and the larger batch its goodput favours (retune.grown) is read and taken
+    unless its readings refuse it (retune.decide).
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
@@ -320,7 +322,8 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     if growth is not None:
         updates[growth[0]] = max(1, round(iters * retune_mod.pace(spec, growth[0], step_s)))
     for setting in retune_mod.readable(every, stalled)[1:] + ([growth[0]] if growth else []):
-        readings.setdefault(setting, [read(setting, spec.seed + 1)])
+        if setting not in readings:        # the goodput's batch may be a candidate already
+            readings[setting] = [read(setting, spec.seed + 1)]
     rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
     again = [current] + [s for s in (rival, growth and growth[0]) if s]
     for setting in dict.fromkeys(again) if len(again) > 1 else ():     # again, on other batches: the noise
@@ -331,7 +334,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
     return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
-                 "margin": decision.margin, "reason": decision.reason, "noise_scale": phi,
+                 "margin": decision.margin, "reason": decision.reason, "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",
                  "goodput_gain": growth[1] if growth else None,
                  "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
                              "protocol": (s.variant or spec.variant).label, "updates": updates[s],
