@@ -21,7 +21,7 @@ too); --arms runs some of the arms. Writes benchmarks/results/retune.json (retun
 
 runs the arms on a plan `omnitune plan` wrote (its start checkpoint and profile beside it), not
 on one planned here: how re-tuning copes with a given plan, say a poor one, without waiting for
-the planner to make it. Writes benchmarks/results/retune-plan.json.
+the planner to make it. Writes benchmarks/results/retune-plan-bBATCH-lrLR.json (the plan's).
 """
 
 from __future__ import annotations
@@ -112,6 +112,12 @@ def given_plan(path: Path, work: Path) -> dict:
     return {"path": work / path.name, "plan": plan}
 
 
+def given_name(plan) -> str:
+    """The results' name for a given plan's runs: retune-plan-b64-lr0.03 for one at batch 64 a
+    device and lr 0.03."""
+    return f"retune-plan-b{plan.spec.batch_size[plan.spec.devices[0].id]}-lr{plan.spec.lr:g}"
+
+
 def median_reached(runs: list[dict]) -> bool:
     """Whether the runs' median time is of runs that reached the target (the middle one, or both
     middle ones): a miss counts as the limit, and a re-tuned run that reached it may take longer,
@@ -127,7 +133,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 1 with --quick)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} to run (comma-separated)")
     parser.add_argument("--plan", type=Path, help="with one --only: run the arms on this plan (its start checkpoint "
-                        "and profile beside it) instead of profiling and planning; writes retune-plan.json")
+                        "and profile beside it) instead of profiling and planning; writes retune-plan-bBATCH-lrLR.json")
     args = parser.parse_args()
     arms = tuple(a.strip() for a in args.arms.split(","))
     if not arms or any(a not in ARMS for a in arms):
@@ -151,7 +157,7 @@ def main() -> None:
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
         rows = [r for r in kept if r["workload"] not in workloads] + rows
     print_rows("re-tuned, over rates only, and pinned (median s; a miss counts as the limit)", rows, COLUMNS)
-    path = write_results("retune-plan" if args.plan is not None else "retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
+    path = write_results(given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "seeds": list(seeds), "rows": rows})
     print(f"wrote {path}")
 

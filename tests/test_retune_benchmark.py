@@ -84,3 +84,12 @@ def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp
                               given=given / "p.json.plan")
     assert ran == [work] and rows[0]["median_s"] == 10.0
     assert sorted(p.name for p in work.iterdir()) == ["p.json", "p.json.plan", "p.start.pt", "teacher-mlp-plan-seed1.json"]
+
+
+def test_a_given_plans_results_are_named_for_its_batch_and_rate():
+    """Two given plans' runs do not overwrite each other's file (plan-v1: batch 32 a device, lr 0.05)."""
+    from dataclasses import replace
+
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    assert bench_retune.given_name(plan) == "retune-plan-b32-lr0.05"
+    assert bench_retune.given_name(replace(plan, spec=replace(plan.spec, lr=0.033))) == "retune-plan-b32-lr0.033"
