@@ -106,8 +106,8 @@ def given_plan(path: Path, work: Path) -> dict:
     and its profile (beside it, as the plan names them), so that each arm runs from the same
     start and its pauses price batches with the same hardware model."""
     plan = plan_mod.load(path)
-    for name in {path.name, plan.profile, plan.start} - {None}:
-        if (path.parent / name).is_file():
+    for name in {path.name, plan.profile, plan.start}:
+        if name and (path.parent / name).is_file():
             shutil.copy(path.parent / name, work / Path(name).name)
     return {"path": work / path.name, "plan": plan}
 
@@ -157,7 +157,8 @@ def main() -> None:
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
         rows = [r for r in kept if r["workload"] not in workloads] + rows
     print_rows("re-tuned, over rates only, and pinned (median s; a miss counts as the limit)", rows, COLUMNS)
-    path = write_results(given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune", {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
+    name = given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune"
+    path = write_results(name, {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "seeds": list(seeds), "rows": rows})
     print(f"wrote {path}")
 

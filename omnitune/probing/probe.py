@@ -311,30 +311,30 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     current = retune_mod.Setting(spec.lr, spec.momentum)
     stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
     every = retune_mod.spec_candidates(spec, step_s)
-    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every}
+    phi, growth = noise_and_growth(wl, train, spec, state, step_s)
+    bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
+    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every + bigger}
 
     def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
         return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
     # The current setting first: where it diverges from here, the pause reads as a stalled run's.
     readings = {current: [read(current, spec.seed + 1)]}
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
-    phi, growth = noise_and_growth(wl, train, spec, state, step_s)
-    if growth is not None:
-        updates[growth[0]] = max(1, round(iters * retune_mod.pace(spec, growth[0], step_s)))
-    for setting in retune_mod.readable(every, stalled)[1:] + ([growth[0]] if growth else []):
-        if setting not in readings:        # the goodput's batch may be a candidate already
-            readings[setting] = [read(setting, spec.seed + 1)]
+    for setting in dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger):
+        readings[setting] = [read(setting, spec.seed + 1)]
     rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
-    again = [current] + [s for s in (rival, growth and growth[0]) if s]
-    for setting in dict.fromkeys(again) if len(again) > 1 else ():     # again, on other batches: the noise
+    again = list(dict.fromkeys([current, *([rival] if rival else []), *bigger]))
+    for setting in again if len(again) > 1 else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace, growth and growth[0])
+    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
+                                 growth[0] if growth else None)
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
     return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
-                 "margin": decision.margin, "reason": decision.reason, "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",
+                 "margin": decision.margin, "reason": decision.reason,
+                 "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
                  "goodput_gain": growth[1] if growth else None,
                  "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
                              "protocol": (s.variant or spec.variant).label, "updates": updates[s],
