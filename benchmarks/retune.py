@@ -107,8 +107,11 @@ def given_plan(path: Path, work: Path) -> dict:
     start and its pauses price batches with the same hardware model."""
     plan = plan_mod.load(path)
     for name in {path.name, plan.profile, plan.start}:
-        if name and (path.parent / name).is_file():
-            shutil.copy(path.parent / name, work / Path(name).name)
+        # As the plan names it: a profile `w/p.json` beside the plan is read as `w/p.json` beside
+        # the copy (api.pause_step_s). An absolute path is read where it is.
+        if name and not Path(name).is_absolute() and (path.parent / name).is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path.parent / name, work / name)
     return {"path": work / path.name, "plan": plan}
 
 

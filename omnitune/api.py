@@ -120,24 +120,29 @@ def time_config(request: PlanRequest, prof: Profile, progress: Say, config: plan
                                              request.target, request.seed))
 
 
-def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions()) -> RunSummary | None:
+def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOptions(),
+        notice: Say = quiet) -> RunSummary | None:
     """Run the plan as a real distributed job: this node's processes; the coordinator's node
     returns the run's summary (measured beside predicted), the others None. With
     `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum,
     and where the profile prices them (`pause_step_s`) its batch and protocol, when that costs
-    at most a tenth of its training so far, and at once when it diverges (planning/retune.py)."""
+    at most a tenth of its training so far, and at once when it diverges (planning/retune.py).
+    `notice` hears where the pauses cannot price batches (the plan's profile is not at hand)."""
     if not options.retuning:
         return job.run(str(plan_path), str(out_dir), options)
-    replan, first_pause_s = retuner(plan_path, options.replan_probe_iters)
+    replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice)
     return job.run(str(plan_path), str(out_dir), options, replan, first_pause_s)
 
 
-def retuner(plan_path: str | Path, iters: int, priced: bool = True) -> tuple[Callable, float]:
+def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say = quiet) -> tuple[Callable, float]:
     """The re-tuning function `run` hands the runtime (probe.retune, each reading `iters`
     updates), and what its first pause should cost (probe.pause_cost_s). `priced=False`: rates
-    and momenta only, as if the plan's profile were not at hand."""
+    and momenta only, as if the plan's profile were not at hand; where it is not, `notice` hears so."""
     plan = plan_mod.load(plan_path)
     step_s = pause_step_s(plan, plan_path) if priced else None
+    if priced and step_s is None and not plan.simulated_cluster:
+        notice(f"the plan's profile {plan.profile} is not at hand (as given, or beside the plan) or cannot be "
+               "read: the run's pauses compare rates and momenta only, not batches or protocols")
     return (partial(probe.retune, iters=iters, step_s=step_s),
             probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
 

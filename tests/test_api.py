@@ -70,7 +70,8 @@ def test_importing_the_package_loads_no_torch_until_the_api_is_used():
 def test_a_runs_pauses_price_other_batches_from_the_plans_profile_where_it_is_at_hand(tmp_path):
     """api.pause_step_s: the plan's profile (a path as given, or beside the plan) gives the
     pauses their hardware model; a profile that is not at hand, or a simulated fleet's, gives
-    none, and the pauses then compare rates and momenta only."""
+    none, and the pauses then compare rates and momenta only: the run says so where the profile
+    is missing (api.retuner's notice), not for a simulated fleet, which has none to find."""
     from dataclasses import replace
 
     from omnitune import api
@@ -80,6 +81,11 @@ def test_a_runs_pauses_price_other_batches_from_the_plans_profile_where_it_is_at
     plan = plan_mod.load(DATA / "plan-v1.json")
     step_s = api.pause_step_s(plan, DATA / "plan-v1.json")
     assert step_s(plan.spec) > 0
-    for changed in ({"profile": "nowhere.json"}, {"simulated_cluster": "4x cpu"}):
+    said = []
+    api.retuner(DATA / "plan-v1.json", 30, notice=said.append)
+    assert said == []
+    for changed, told in (({"profile": "nowhere.json"}, 1), ({"simulated_cluster": "4x cpu"}, 1)):     # so far
         plan_mod.save(replace(plan, **changed), tmp_path / "plan.json")
         assert api.pause_step_s(plan_mod.load(tmp_path / "plan.json"), tmp_path / "plan.json") is None
+        api.retuner(tmp_path / "plan.json", 30, notice=said.append)
+        assert len(said) == told and all("nowhere.json" in s for s in said)

@@ -207,6 +207,26 @@ def test_a_gpus_step_is_never_slower_than_at_a_larger_batch():
     assert all(np.diff(m.seconds) >= 0)
 
 
+def test_a_lone_spike_in_a_devices_steps_is_the_hosts_spell_and_bumps_stay():
+    """teacher-mlp's one worker (profile of 2026-11-28): 2.8 ms at batch 128, 9.2 at 256, 9.6 at
+    512, where the runtime took 2.8-3.3, 4.6-5.9 and 9.9-10.2 ms. The spike at 256 is replaced by
+    the log-log line through its neighbours, so throughput rises with the batch as the runtime's
+    did; a bump within SPIKE stays, and so do two neighbours off together (a step change, not a
+    spike). Fails if the spike stays, or if a bump or a step change is smoothed away."""
+    batches = np.array([1.0, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+    seconds = np.array([0.702, 0.838, 0.84, 1.032, 1.022, 1.333, 1.816, 2.817, 9.228, 9.601]) * 1e-3
+    m = ComputeModel(batches, seconds).despiked()
+    assert m.seconds[8] == pytest.approx((2.817 * 9.601) ** 0.5 * 1e-3)
+    assert np.delete(m.seconds, 8) == pytest.approx(np.delete(seconds, 8))
+    samples_per_s = batches / m.seconds
+    assert all(np.diff(samples_per_s[3:]) > 0)
+    bumpy = seconds.copy()
+    bumpy[8] = 1.4 * (2.817 * 9.601) ** 0.5 * 1e-3              # within SPIKE of its neighbours' line
+    assert ComputeModel(batches, bumpy).despiked().seconds == pytest.approx(bumpy)
+    stepped = np.array([1.0, 1.1, 3.0, 3.2, 3.5]) * 1e-3       # 2 and 4 both off their neighbours' lines
+    assert ComputeModel(batches[:5], stepped).despiked().seconds == pytest.approx(stepped)
+
+
 def test_cpu_workers_crowding_a_gpus_core_are_stretched_and_the_gpu_is_not():
     from omnitune.efficiency.perfmodel import Cores
     cores = Cores(16, {"cuda0": 1, "a": 8, "b": 8, "c": 7, "rest": 15}, dict.fromkeys(["cuda0", "a", "b", "c", "rest"], 0),

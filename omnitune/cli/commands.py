@@ -276,7 +276,7 @@ def run(
         waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
         with console.status(f"{waiting}running {plan_path}…") as status:
             with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):
-                summary = api.run(plan_path, out_dir, options)
+                summary = api.run(plan_path, out_dir, options, notice=lambda text: console.print(f"note: {text}"))
     except UserError as e:
         _fail(e)
     _render_summary(summary, plan_path, out_dir, node_rank)

@@ -276,11 +276,18 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
     and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
-    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s)."""
+    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
+    goodput's reads were counted."""
     tried = retune_mod.spec_candidates(spec, step_s)
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
-    return (len(tried) + 2) * (updates + evaluations) * sec_per_iter * len(spec.devices)
+    reads = len(tried) + 2
+    # Where the hardware model prices the batch, the noise scale's gradients (a step each, with
+    # no update) and the goodput's batch, read twice, as a candidate of its own.
+    priced = step_s is not None and retune_mod.throughput(spec, step_s) is not None
+    noise = NOISE_DRAWS if priced else 0
+    reads += 2 if priced else 0
+    return (reads * (updates + evaluations) + noise) * sec_per_iter * len(spec.devices)
 
 
 def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
