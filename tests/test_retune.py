@@ -480,13 +480,18 @@ def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     assert retune.lowest(False) == 1.0 and retune.lowest(True) == retune.STALL_STEP and retune.lowest(True, True) == 0
 
 
-@pytest.mark.parametrize("last, told", [(2200, "schedule"), (2600, "stall"), (None, "stall")])
-def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypatch, last, told):
-    """run_with_replans on a fake clock: the segment ends stalled; its readings' error halves every
-    1,000 iterations from 0.5, so the recent pace crosses 0.985 at 5,059. At 2,200 the run is
-    short of half way, and its pause is told "schedule" (no lower rate is read), the stall kept in
-    replans.jsonl as `early`; at 2,600 it is told "stall"; with readings flat at 0.9 the pace
-    never gets there, and a stall is a stall. Fails if an early stall may lower the rate."""
+@pytest.mark.parametrize("last, flag, told", [(2200, "stalled", "schedule"), (2600, "stalled", "schedule"),
+                                              (None, "stalled", "stall"), (2200, "off_pace", "schedule"),
+                                              (2600, "off_pace", "off pace")])
+def test_a_stall_on_its_way_and_off_pace_before_half_way_pause_as_the_schedule_does(tmp_path, monkeypatch,
+                                                                                   last, flag, told):
+    """run_with_replans on a fake clock: the segment ends stalled (or off pace); its readings'
+    error halves every 1,000 iterations from 0.5, so the recent pace crosses 0.985 at 5,059. A
+    stall whose pace gets there is told "schedule" (no lower rate is read), kept in replans.jsonl
+    as `early`, at 2,200 and at 2,600 alike; with readings flat at 0.9 the pace never gets there,
+    and a stall is a stall. Off pace, the run is told "schedule" short of half way (2,200) and
+    "off pace" past it (2,600). Fails if a stall on its way, or an early off-pace run, may lower
+    the rate."""
     import json
     from dataclasses import replace
 
@@ -508,7 +513,7 @@ def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypat
             with open(run_dir / "metrics.jsonl", "a") as f:
                 for k, (it, acc) in enumerate(curve):
                     f.write(json.dumps({"train_s": 20.0 * (k + 1) / len(curve), "iteration": it,
-                                        "test_accuracy": acc, "stalled": True}) + "\n")
+                                        "test_accuracy": acc, flag: True}) + "\n")
         clock["t"] += end - clock["train"] + job.RESUME_S
         clock["train"] = end
         return RunSummary(1, end >= 100.0, 100.0 if end >= 100.0 else None, None, 100 * int(end), 0.5, 0.99, None,
@@ -524,7 +529,7 @@ def test_a_stall_before_half_way_pauses_as_the_schedule_does(tmp_path, monkeypat
     job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=0.1, restart_s=job.RESUME_S)
     assert told_why == [told]
     record = json.loads((run_dir / "replans.jsonl").read_text().splitlines()[0])
-    assert record.get("early") == ("stall" if told == "schedule" else None)
+    assert record.get("early") == ({"stalled": "stall", "off_pace": "off pace"}[flag] if told == "schedule" else None)
     assert (record["way"] is None) == (last is None)
 
 

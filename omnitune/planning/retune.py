@@ -34,8 +34,9 @@ That is not enough against short-horizon bias, which runs one way: towards lower
 2018). On teacher-mlp at 3,000 iterations, a third of the rate reads better than the rate itself
 raw and cooled, after 30, 100 and 300 updates alike, and takes 18,600 iterations to the target
 against 10,300. So a pause lowers the rate only where the run's own readings say it is stuck
-(`stalled`, or off pace: too slow to reach its target within its time limit; runtime/monitor.py)
-or the cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
+(`stalled` with no recent pace that gets to the target, or off pace, too slow to reach its
+target within its time limit, past half its way: runtime/job.py, runtime/monitor.py) or the
+cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
 a third at most (`lowest`): an early stall read a tenth as better and left a run short.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile

@@ -206,12 +206,17 @@ RESUME_S = 0.15          # or, where the processes wait for the next segment (se
 # re-fits the horizon at its own pace once it has trained PACE_CHECK_SHARE of its time limit: a
 # segment boundary with no probes (`paced`).
 PACE_CHECK_SHARE = 0.05
-# Before LOWER_FROM of its way to the target at its recent pace (eta.way), a stall or being off
-# pace pauses the run as the schedule does: no lower rate is read. Short-horizon bias is at its
-# worst early: teacher-mlp's plan of batch 64, lr 0.01 (116 s to its target in plan_quality's
-# screening) stalled at 6.7 s and its pause took a third of the rate; off pace at 26 s, a tenth
-# of that; it missed its target in 240 s (2026-11-28). Where the pace never gets there (eta.way
-# None), a stall is a stall.
+# Before LOWER_FROM of its way to the target at its recent pace (eta.way), being off pace pauses
+# the run as the schedule does: no lower rate is read. Short-horizon bias is at its worst early:
+# teacher-mlp's plan of batch 64, lr 0.01 (116 s to its target in plan_quality's screening)
+# stalled at 6.7 s and its pause took a third of the rate; off pace at 26 s, a tenth of that; it
+# missed its target in 240 s (2026-11-28). A stall alone lowers no rate where the recent pace
+# gets to the target at all: the run is still on its way, and a pause's short readings favour
+# lower rates whatever they do over a run. teacher-mlp's plan of batch 128, lr 0.01 (82 s
+# pinned) stalled at 3/4 of its way twice in three re-tuned runs, and each pause took a third of
+# the rate: one run had grown to batch 256 at lr 0.02, the oracle's rate per sample, and went on
+# at 0.0067 to 116 s (2026-11-28). Where the pace never gets there (eta.way None), a stall is a
+# stall.
 LOWER_FROM = 0.5
 
 
@@ -283,7 +288,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         lines = readings(run_dir)
         why = pause_why([r for r in lines if r.get("train_s", 0.0) > segment_from_s])
         way = eta.way(lines, job.spec.target) if job.spec.target else None
-        early = why if why in ("stall", "off pace") and way is not None and way < LOWER_FROM else None
+        early = why if way is not None and (why == "stall" or why == "off pace" and way < LOWER_FROM) else None
         why = "schedule" if early else why
         back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
         spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
