@@ -20,9 +20,10 @@ with, at each length, for a healthy run and for a stalled one.
 Cases: teacher-mlp at lr 0.04 and batch 256 to 0.985, the setup whose re-tuned runs switched down
 and trained longer (CHANGELOG, issue 37), checkpoints at 3,000 and 7,500 iterations;
 lenet-digits-high, lenet-digits at lr 0.15 (a rate that levels off below 0.97 at a constant rate:
-a plateau the pause should leave), checkpoint at 300. --quick: lenet-digits at lr 0.05, batch 32,
-to 0.97, one checkpoint. Writes benchmarks/results/retune_proxy.json (retune_proxy-quick.json with
---quick).
+a plateau the pause should leave), checkpoint at 300; with --only, teacher-mlp-b128-late, batch
+128 at lr 0.01 from 18,000 iterations (where a plan's runs stalled late). --quick: lenet-digits at
+lr 0.05, batch 32, to 0.97, one checkpoint. Writes benchmarks/results/retune_proxy.json
+(retune_proxy-quick.json with --quick, retune_proxy-NAME.json with --only NAME).
 """
 
 from __future__ import annotations
@@ -58,11 +59,15 @@ class Case:
     checkpoints: tuple[int, ...]     # iterations from the seed
     cap: int                         # the truth's iterations from a checkpoint, at most
     eval_every: int                  # the truth's evaluations, on the full test set
+    workload: str = ""               # "": the case's name less "-high"
 
 
 CASES = {"teacher-mlp": Case(256, 0.04, 0.985, (3000, 7500), 30000, 100),
          "lenet-digits": Case(32, 0.05, 0.97, (40,), 3000, 5),
-         "lenet-digits-high": Case(32, 0.15, 0.97, (300,), 3000, 10)}
+         "lenet-digits-high": Case(32, 0.15, 0.97, (300,), 3000, 10),
+         # A batch-128 plan's runs stalled at 53% and 73% of their way (about 30,000 iterations to
+         # the target), and the pause took a third of the rate (CHANGELOG, 2026-11-28).
+         "teacher-mlp-b128-late": Case(128, 0.01, 0.985, (18000,), 30000, 100, "teacher-mlp")}
 QUICK = ("lenet-digits",)
 FULL = ("teacher-mlp", "lenet-digits-high")
 
@@ -97,7 +102,7 @@ def iters_to_target(wl, train, test, spec: RunSpec, state: dict, start: int, cas
 
 def bench(name: str, case: Case) -> list[dict]:
     torch.set_num_threads(1)
-    wl = workload_mod.load(name.removesuffix("-high"))
+    wl = workload_mod.load(case.workload or name.removesuffix("-high"))
     train, test = wl.build_datasets(None, 0)
     held = first(test, RETUNE_VALIDATION)
     base = spec_of(wl.name, case, case.lr)
@@ -148,9 +153,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="re-derive the picks of the saved results with the current rule, training nothing")
     args = ap.parse_args(argv)
     names = (args.only,) if args.only else (QUICK if args.quick else FULL)
+    stem = f"retune_proxy-{args.only}" if args.only else f"retune_proxy{'-quick' if args.quick else ''}"
     saved = {}
     if args.repick:
-        saved = json.loads((RESULTS / f"retune_proxy{'-quick' if args.quick else ''}.json").read_text())
+        saved = json.loads((RESULTS / f"{stem}.json").read_text())
         rows = [{k: ([retune_mod.Reading(**r) for r in v] if k.startswith("readings") else v) for k, v in row.items()}
                 for row in saved["rows"]]
         names = tuple(dict.fromkeys(r["workload"] for r in rows))
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     print_rows("pause scores and the time to target from each checkpoint", rows, COLUMNS)
     chosen = picks(rows, {name: CASES[name].target for name in names})
     print_rows("the rate each score picks", chosen, list(chosen[0]))
-    write_results("retune_proxy", {
+    write_results(stem.removesuffix("-quick"), {
         "quick": args.quick,
         "measured_at": saved["measured_at"] if args.repick else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "picks_by": "the rule at the commit recorded (--repick)" if args.repick else "the rule of the run",
