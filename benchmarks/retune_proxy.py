@@ -110,7 +110,7 @@ def bench(name: str, case: Case) -> list[dict]:
     for point in case.checkpoints:
         emu = train_to(wl, train, base, state, at, point - at, base.seed)
         state, at = emu.checkpoint_state(), point
-        for lr, _ in retune_mod.candidates(case.lr, 0.9, False):
+        for lr in (c.lr for c in retune_mod.candidates(case.lr, 0.9, False)):
             spec = spec_of(wl.name, case, lr)
             row = {"workload": name, "checkpoint": point, "lr": lr,
                    "iters_to_target": iters_to_target(wl, train, test, spec, state, point, case)}
