@@ -106,12 +106,15 @@ def given_plan(path: Path, work: Path) -> dict:
     and its profile (beside it, as the plan names them), so that each arm runs from the same
     start and its pauses price batches with the same hardware model."""
     plan = plan_mod.load(path)
-    for name in {path.name, plan.profile, plan.start}:
-        # As the plan names it: a profile `w/p.json` beside the plan is read as `w/p.json` beside
-        # the copy (api.pause_step_s). An absolute path is read where it is.
-        if name and not Path(name).is_absolute() and (path.parent / name).is_file():
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path.parent / name, work / name)
+    if plan.start and (path.parent / plan.start).is_file():
+        shutil.copy(path.parent / plan.start, work / plan.start)
+    # The profile lands beside the copy, which names it so (api.pause_step_s looks there first):
+    # a plan may name it relative to the plan's folder (`../profiles/p.json`) or as given.
+    found = next((p for p in (path.parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
+    if found is not None:
+        shutil.copy(found, work / found.name)
+        plan = replace(plan, profile=found.name)
+    plan_mod.save(plan, work / path.name)
     return {"path": work / path.name, "plan": plan}
 
 

@@ -10,6 +10,7 @@ A bad argument raises omnitune.UserError with a one-line message naming it.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -101,7 +102,8 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
     if request.predict_s > 0:
         progress(f"probing the chosen configuration for {request.predict_s:g}s to predict its time")
         found = planning.predict(found, prober, request.predict_s)
-    result = planning.build_plan(found, prof, str(source), request.workload, request.data_dir,
+    result = planning.build_plan(found, prof, str(source) if fleet else profile_entry(source, request.out),
+                                 request.workload, request.data_dir,
                                  request.target, request.seed,
                                  datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                  simulated_cluster=fleet.description if fleet else "",
@@ -111,6 +113,16 @@ def plan(request: PlanRequest, progress: Say = quiet, notice: Say = quiet) -> Pl
             result = probe.hand_on(result, prober, Path(request.out))
         plan_mod.save(result, request.out)
     return result
+
+
+def profile_entry(profile: str | Path, out: str | Path | None) -> str:
+    """The profile's path as a plan records it: relative to the plan's folder where the plan is
+    written, so that a run from any folder finds it beside the plan (`pause_step_s`); as given
+    otherwise. A path as given on the command line is relative to where `plan` ran: a run from
+    elsewhere priced no batch at its pauses."""
+    if out is None:
+        return str(profile)
+    return os.path.relpath(Path(profile).resolve(), Path(out).resolve().parent)
 
 
 def time_config(request: PlanRequest, prof: Profile, progress: Say, config: planning.Config) -> float | None:
@@ -141,19 +153,19 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     plan = plan_mod.load(plan_path)
     step_s = pause_step_s(plan, plan_path) if priced else None
     if priced and step_s is None and not plan.simulated_cluster:
-        notice(f"the plan's profile {plan.profile} is not at hand (as given, or beside the plan) or cannot be "
+        notice(f"the plan's profile {plan.profile} is not at hand (beside the plan, or as given) or cannot be "
                "read: the run's pauses compare rates and momenta only, not batches or protocols")
     return (partial(probe.retune, iters=iters, step_s=step_s),
             probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
 
 
 def pause_step_s(plan: Plan, plan_path: str | Path) -> planning.StepTime | None:
-    """The hardware model of the plan's profile (a path as given, or beside the plan at
-    `plan_path`), which prices a pause's other batches and protocols; None where that profile is
+    """The hardware model of the plan's profile (beside the plan at `plan_path`, as `plan` records
+    it, or, for an older plan, a path as given), which prices a pause's other batches and protocols; None where that profile is
     not at hand (another node's path, a simulated fleet): pauses then compare rates and momenta
     only."""
     try:
-        path = next((p for p in (Path(plan.profile), Path(plan_path).parent / plan.profile) if p.is_file()), None)
+        path = next((p for p in (Path(plan_path).parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
         if plan.simulated_cluster or path is None:
             return None
         return planning.spec_step_s(profile_mod.load(path), plan.layout)

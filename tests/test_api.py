@@ -89,3 +89,30 @@ def test_a_runs_pauses_price_other_batches_from_the_plans_profile_where_it_is_at
         assert api.pause_step_s(plan_mod.load(tmp_path / "plan.json"), tmp_path / "plan.json") is None
         api.retuner(tmp_path / "plan.json", 30, notice=said.append)
         assert len(said) == told and all("nowhere.json" in s for s in said)
+
+
+def test_a_plan_names_its_profile_from_its_own_folder_so_a_run_from_anywhere_prices_batches(tmp_path, monkeypatch):
+    """api.profile_entry: `plan --profile w/p.json --out plans/x.json` records ../w/p.json, which a
+    run started from another folder finds beside the plan; without --out the path stays as
+    given. Fails if the plan records the path as given (relative to where `plan` ran: a run
+    elsewhere priced no batch at its pauses, 2026-11-28)."""
+    import shutil
+    from dataclasses import replace
+    from pathlib import Path
+
+    from omnitune import api
+    from omnitune.core import plan as plan_mod
+    from tests.conftest import DATA
+
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "plans").mkdir()
+    shutil.copy(DATA / Path(plan.profile).name, tmp_path / "w" / "p.json")
+    monkeypatch.chdir(tmp_path)
+    assert api.profile_entry("w/p.json", "plans/x.json") == "../w/p.json"
+    assert api.profile_entry("w/p.json", None) == "w/p.json"
+    plan_mod.save(replace(plan, profile=api.profile_entry("w/p.json", "plans/x.json")), tmp_path / "plans" / "x.json")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    step_s = api.pause_step_s(plan_mod.load(tmp_path / "plans" / "x.json"), tmp_path / "plans" / "x.json")
+    assert step_s is not None and step_s(plan.spec) > 0

@@ -59,18 +59,19 @@ def test_a_ratio_needs_a_median_that_reached_the_target():
 
 def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp_path, monkeypatch):
     """--plan: the plan, its start checkpoint and its profile are copied into the work folder and the
-    arms run on that copy; no profile is taken and no plan made. A profile the plan names in a
-    folder (`w/p.json`) is copied into that folder, where the run's pauses look for it. Fails if
-    the runs read the user's files in place (a run writes beside its plan), if the benchmark plans
-    anyway, or if the profile lands where the copy's pauses do not find it (they would compare
-    rates only: 2026-11-28, a batch-128 plan's re-tuned arm read no batch)."""
+    arms run on that copy; no profile is taken and no plan made. A profile the plan names in
+    another folder (`../profiles/p.json`, relative to the plan) lands beside the copy, which names
+    it so. Fails if the runs read the user's files in place (a run writes beside its plan), if the
+    benchmark plans anyway, or if the profile lands where the copy's pauses do not find it (they
+    would compare rates only: 2026-11-28, a batch-128 plan's re-tuned arm read no batch)."""
     from dataclasses import replace
 
     given = tmp_path / "mine"
-    (given / "w").mkdir(parents=True)
-    plan = replace(plan_mod.load(DATA / "plan-v1.json"), profile="w/p.json", start="p.start.pt")
+    given.mkdir()
+    (tmp_path / "profiles").mkdir()
+    plan = replace(plan_mod.load(DATA / "plan-v1.json"), profile="../profiles/p.json", start="p.start.pt")
     plan_mod.save(plan, given / "p.json.plan")
-    (given / "w" / "p.json").write_text("{}")
+    (tmp_path / "profiles" / "p.json").write_text("{}")
     (given / "p.start.pt").write_bytes(b"x")
     work = tmp_path / "work"
     work.mkdir()
@@ -86,8 +87,8 @@ def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp
     rows = bench_retune.bench("teacher-mlp", 50.0, (1,), work, quick=False, arms=("pinned",),
                               given=given / "p.json.plan")
     assert ran == [work] and rows[0]["median_s"] == 10.0
-    assert sorted(p.name for p in work.iterdir()) == ["p.json.plan", "p.start.pt", "teacher-mlp-plan-seed1.json", "w"]
-    assert (work / "w" / "p.json").is_file()
+    assert sorted(p.name for p in work.iterdir()) == ["p.json", "p.json.plan", "p.start.pt", "teacher-mlp-plan-seed1.json"]
+    assert plan_mod.load(work / "p.json.plan").profile == "p.json"
 
 
 def test_a_given_plans_results_are_named_for_its_batch_and_rate():
