@@ -103,8 +103,8 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
 
 def given_plan(path: Path, work: Path) -> dict:
     """`--plan`: a plan written by `omnitune plan`, copied into `work` with its start checkpoint
-    and its profile (beside it, as the plan names them), so that each arm runs from the same
-    start and its pauses price batches with the same hardware model."""
+    (beside it) and its profile (put beside the copy, which names it so), so that each arm runs
+    from the same start and its pauses price batches with the same hardware model."""
     plan = plan_mod.load(path)
     if plan.start and (path.parent / plan.start).is_file():
         shutil.copy(path.parent / plan.start, work / plan.start)

@@ -161,9 +161,9 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
 
 def pause_step_s(plan: Plan, plan_path: str | Path) -> planning.StepTime | None:
     """The hardware model of the plan's profile (beside the plan at `plan_path`, as `plan` records
-    it, or, for an older plan, a path as given), which prices a pause's other batches and protocols; None where that profile is
-    not at hand (another node's path, a simulated fleet): pauses then compare rates and momenta
-    only."""
+    it, or, for an older plan, a path as given), which prices a pause's other batches and
+    protocols; None where that profile is not at hand (another node's path, a simulated fleet):
+    pauses then compare rates and momenta only."""
     try:
         path = next((p for p in (Path(plan_path).parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
         if plan.simulated_cluster or path is None:

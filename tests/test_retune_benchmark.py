@@ -87,7 +87,8 @@ def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp
     rows = bench_retune.bench("teacher-mlp", 50.0, (1,), work, quick=False, arms=("pinned",),
                               given=given / "p.json.plan")
     assert ran == [work] and rows[0]["median_s"] == 10.0
-    assert sorted(p.name for p in work.iterdir()) == ["p.json", "p.json.plan", "p.start.pt", "teacher-mlp-plan-seed1.json"]
+    assert sorted(p.name for p in work.iterdir()) == ["p.json", "p.json.plan", "p.start.pt",
+                                                      "teacher-mlp-plan-seed1.json"]
     assert plan_mod.load(work / "p.json.plan").profile == "p.json"
 
 
