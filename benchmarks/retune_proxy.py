@@ -21,7 +21,9 @@ Cases: teacher-mlp at lr 0.04 and batch 256 to 0.985, the setup whose re-tuned r
 and trained longer (CHANGELOG, issue 37), checkpoints at 3,000 and 7,500 iterations;
 lenet-digits-high, lenet-digits at lr 0.15 (a rate that levels off below 0.97 at a constant rate:
 a plateau the pause should leave), checkpoint at 300; with --only, teacher-mlp-b128-late, batch
-128 at lr 0.01 from 18,000 and 24,000 iterations (where a plan's runs stalled late). --quick:
+128 at lr 0.01 from 18,000 and 24,000 iterations (where a plan's runs stalled late), with the
+goodput's arm too: 4x the batch at AdaScale's rate for the noise scale measured there
+(`growth_row`, the JSON's `growth`). --quick:
 lenet-digits at lr 0.05, batch 32, to 0.97, one checkpoint. Writes
 benchmarks/results/retune_proxy.json (retune_proxy-quick.json with --quick,
 retune_proxy-NAME.json with --only NAME).
@@ -44,7 +46,8 @@ from omnitune.core.protocols import Sync
 from omnitune.core.runspec import RunSpec
 from omnitune.planning import retune as retune_mod
 from omnitune.probing.emulator import emulator
-from omnitune.probing.probe import RETUNE_VALIDATION, pause_reading, probe_config
+from omnitune.efficiency import goodput
+from omnitune.probing.probe import RETUNE_VALIDATION, gradient_noise, pause_reading, probe_config
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.workload import evaluate, first
 
@@ -61,6 +64,7 @@ class Case:
     cap: int                         # the truth's iterations from a checkpoint, at most
     eval_every: int                  # the truth's evaluations, on the full test set
     workload: str = ""               # "": the case's name less "-high"
+    growth: bool = False             # also the goodput's arm (growth_row)
 
 
 CASES = {"teacher-mlp": Case(256, 0.04, 0.985, (3000, 7500), 30000, 100),
@@ -68,15 +72,32 @@ CASES = {"teacher-mlp": Case(256, 0.04, 0.985, (3000, 7500), 30000, 100),
          "lenet-digits-high": Case(32, 0.15, 0.97, (300,), 3000, 10),
          # A batch-128 plan's runs stalled at 53% and 73% of their way (about 30,000 iterations to
          # the target), and the pause took a third of the rate (CHANGELOG, 2026-11-28).
-         "teacher-mlp-b128-late": Case(128, 0.01, 0.985, (18000, 24000), 30000, 100, "teacher-mlp")}
+         "teacher-mlp-b128-late": Case(128, 0.01, 0.985, (18000, 24000), 30000, 100, "teacher-mlp", True)}
 QUICK = ("lenet-digits",)
 FULL = ("teacher-mlp", "lenet-digits-high")
 
 
-def spec_of(name: str, case: Case, lr: float) -> RunSpec:
+GROWTH = 4      # the growth arm's batch, times the case's (what the goodput chose at teacher-mlp's pauses)
+
+
+def spec_of(name: str, case: Case, lr: float, batch: int | None = None) -> RunSpec:
     return RunSpec(workload=name, data_dir=None, variant=Sync(), devices=(Device("cpu0", "cpu"),),
-                   groups=(("cpu0",),), batch_size={"cpu0": case.batch}, lr=lr, momentum=0.9,
+                   groups=(("cpu0",),), batch_size={"cpu0": batch or case.batch}, lr=lr, momentum=0.9,
                    target_accuracy=case.target)
+
+
+def growth_row(name: str, wl, train, test, case: Case, state: dict, point: int, seed: int) -> dict:
+    """The goodput's arm from a checkpoint: GROWTH times the batch at AdaScale's rate for the
+    noise scale measured there (probe.gradient_noise), kept to the target; its iterations and
+    samples to the target beside the case's rate's, which a reader turns into time with each
+    batch's step (the pause priced them by the profile; its readings, 10 updates against 30,
+    refused the growth at 8 of 14 pauses of a batch-128 plan, 2026-11-28)."""
+    phi = gradient_noise(wl, train, state["model"], case.batch, seed + 3)[0]
+    lr = retune_mod.rate(case.lr, goodput.gain(phi, case.batch, GROWTH * case.batch))
+    spec = spec_of(wl.name, case, lr, GROWTH * case.batch)
+    iters = iters_to_target(wl, train, test, spec, state, point, case)
+    return {"workload": name, "checkpoint": point, "batch": GROWTH * case.batch, "lr": lr, "noise_scale": phi,
+            "iters_to_target": iters, "samples_to_target": None if iters is None else iters * GROWTH * case.batch}
 
 
 def train_to(wl, train, spec: RunSpec, state: dict | None, start: int, iters: int, seed: int):
@@ -101,7 +122,8 @@ def iters_to_target(wl, train, test, spec: RunSpec, state: dict, start: int, cas
     return None
 
 
-def bench(name: str, case: Case) -> list[dict]:
+def bench(name: str, case: Case, grown: list[dict]) -> list[dict]:
+    """Each checkpoint's candidate rates (rows); the growth arm's rows appended to `grown`."""
     torch.set_num_threads(1)
     wl = workload_mod.load(case.workload or name.removesuffix("-high"))
     train, test = wl.build_datasets(None, 0)
@@ -122,6 +144,9 @@ def bench(name: str, case: Case) -> list[dict]:
                     row[f"{field}_{iters}"] = statistics.fmean(getattr(r, field) for r in row[f"readings_{iters}"])
             rows.append(row)
             print({k: v for k, v in row.items() if not k.startswith("readings")}, flush=True)
+        if case.growth:
+            grown.append(growth_row(name, wl, train, test, case, state, point, base.seed))
+            print(grown[-1], flush=True)
     return rows
 
 
@@ -162,8 +187,12 @@ def main(argv: list[str] | None = None) -> None:
                 for row in saved["rows"]]
         names = tuple(dict.fromkeys(r["workload"] for r in rows))
     else:
-        rows = [r for name in names for r in bench(name, CASES[name])]
+        grown = []
+        rows = [r for name in names for r in bench(name, CASES[name], grown)]
     print_rows("pause scores and the time to target from each checkpoint", rows, COLUMNS)
+    grown = saved.get("growth", []) if args.repick else grown
+    if grown:
+        print_rows(f"the goodput's {GROWTH}x batch at AdaScale's rate from each checkpoint", grown, list(grown[0]))
     chosen = picks(rows, {name: CASES[name].target for name in names})
     print_rows("the rate each score picks", chosen, list(chosen[0]))
     write_results(stem.removesuffix("-quick"), {
@@ -172,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         "picks_by": "the rule at the commit recorded (--repick)" if args.repick else "the rule of the run",
         "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.COOL_RATE, "cool_share": retune_mod.COOL_SHARE,
         "rows": [{k: ([vars(r) for r in v] if k.startswith("readings") else v) for k, v in row.items()} for row in rows],
-        "picks": chosen})
+        "picks": chosen, "growth": grown})
 
 
 if __name__ == "__main__":
