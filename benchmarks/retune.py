@@ -108,9 +108,8 @@ def given_plan(path: Path, work: Path) -> dict:
     plan = plan_mod.load(path)
     if plan.start and (path.parent / plan.start).is_file():
         shutil.copy(path.parent / plan.start, work / plan.start)
-    # The profile lands beside the copy, which names it so (api.pause_step_s looks there first):
-    # a plan may name it relative to the plan's folder (`../profiles/p.json`) or as given.
-    found = next((p for p in (path.parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
+    # The profile lands beside the copy, which names it so (api.profile_path looks there first).
+    found = api.profile_path(plan, path)
     if found is not None:
         shutil.copy(found, work / found.name)
         plan = replace(plan, profile=found.name)

@@ -23,9 +23,8 @@ lenet-digits-high, lenet-digits at lr 0.15 (a rate that levels off below 0.97 at
 a plateau the pause should leave), checkpoint at 300; with --only, teacher-mlp-b128-late, batch
 128 at lr 0.01 from 18,000 and 24,000 iterations (where a plan's runs stalled late), with the
 goodput's arm too: 4x the batch at AdaScale's rate for the noise scale measured there
-(`growth_row`, the JSON's `growth`). --quick:
-lenet-digits at lr 0.05, batch 32, to 0.97, one checkpoint. Writes
-benchmarks/results/retune_proxy.json (retune_proxy-quick.json with --quick,
+(`growth_row`, the JSON's `growth`). --quick: lenet-digits at lr 0.05, batch 32, to 0.97, one
+checkpoint. Writes benchmarks/results/retune_proxy.json (retune_proxy-quick.json with --quick,
 retune_proxy-NAME.json with --only NAME).
 """
 

@@ -159,13 +159,18 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
             probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
 
 
+def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:
+    """Where the plan's profile is: beside the plan at `plan_path`, as `plan` records it
+    (`profile_entry`), or, for an older plan, a path as given; None where neither is a file."""
+    return next((p for p in (Path(plan_path).parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
+
+
 def pause_step_s(plan: Plan, plan_path: str | Path) -> planning.StepTime | None:
-    """The hardware model of the plan's profile (beside the plan at `plan_path`, as `plan` records
-    it, or, for an older plan, a path as given), which prices a pause's other batches and
-    protocols; None where that profile is not at hand (another node's path, a simulated fleet):
-    pauses then compare rates and momenta only."""
+    """The hardware model of the plan's profile (`profile_path`), which prices a pause's other
+    batches and protocols; None where that profile is not at hand (another node's path, a
+    simulated fleet): pauses then compare rates and momenta only."""
     try:
-        path = next((p for p in (Path(plan_path).parent / plan.profile, Path(plan.profile)) if p.is_file()), None)
+        path = profile_path(plan, plan_path)
         if plan.simulated_cluster or path is None:
             return None
         return planning.spec_step_s(profile_mod.load(path), plan.layout)

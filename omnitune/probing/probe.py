@@ -281,12 +281,11 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     tried = retune_mod.spec_candidates(spec, step_s)
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
-    reads = len(tried) + 2
-    # Where the hardware model prices the batch, the noise scale's gradients (a step each, with
-    # no update) and the goodput's batch, read twice, as a candidate of its own.
+    # Where the hardware model prices the batch, the goodput's batch, read twice as a candidate of
+    # its own, and the noise scale's gradients (a step each, with no update).
     priced = step_s is not None and retune_mod.throughput(spec, step_s) is not None
+    reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
-    reads += 2 if priced else 0
     return (reads * (updates + evaluations) + noise) * sec_per_iter * len(spec.devices)
 
 

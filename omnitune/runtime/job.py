@@ -210,12 +210,12 @@ PACE_CHECK_SHARE = 0.05
 # the run as the schedule does: no lower rate is read. Short-horizon bias is at its worst early:
 # teacher-mlp's plan of batch 64, lr 0.01 (116 s to its target in plan_quality's screening)
 # stalled at 6.7 s and its pause took a third of the rate; off pace at 26 s, a tenth of that; it
-# missed its target in 240 s (2026-11-28). A stall alone lowers no rate where the recent pace
-# gets to the target at all: the run is still on its way, and a pause's short readings favour
-# lower rates whatever they do over a run. teacher-mlp's plan of batch 128, lr 0.01 (82 s
-# pinned) stalled at 53% and 73% of its way in two of three re-tuned runs; each pause took a third of
-# the rate: one run had grown to batch 256 at lr 0.02, the oracle's rate per sample, and went on
-# at 0.0067 to 116 s (2026-11-28). Where the pace never gets there (eta.way None), a stall is a
+# missed its target in 240 s (2026-11-28). A stall alone lowers no rate where the recent pace gets
+# to the target at all: the run is still on its way, and a pause's short readings favour lower
+# rates whatever they do over a run. teacher-mlp's plan of batch 128, lr 0.01 (82 s pinned)
+# stalled at 53% and 73% of its way in two of three re-tuned runs; each pause took a third of the
+# rate: one run had grown to batch 256 at lr 0.02, the oracle's rate per sample, and went on at
+# 0.0067 to 116 s (2026-11-28). Where the pace never gets there (eta.way None), a stall is a
 # stall.
 LOWER_FROM = 0.5
 
