@@ -77,6 +77,10 @@ FULL = ("teacher-mlp", "lenet-digits-high")
 
 
 GROWTH = 4      # the growth arm's batch, times the case's (what the goodput chose at teacher-mlp's pauses)
+# Its pause readings: the updates of 4x the batch that fit in the time of the pause's 30 of the
+# case's, at the runtime's steps of teacher-mlp (3.05 ms at batch 128, 10.05 at 512, 2026-11-28);
+# the JSON's `raw` and `cooled` beside the case's rate's `raw_30` and `cooled_30` (same batches).
+GROWTH_UPDATES = 9
 
 
 def spec_of(name: str, case: Case, lr: float, batch: int | None = None) -> RunSpec:
@@ -90,13 +94,18 @@ def growth_row(name: str, wl, train, test, case: Case, state: dict, point: int, 
     noise scale measured there (probe.gradient_noise), kept to the target; its iterations and
     samples to the target beside the case's rate's, which a reader turns into time with each
     batch's step (the pause priced them by the profile; its readings, 10 updates against 30,
-    refused the growth at 8 of 14 pauses of a batch-128 plan, 2026-11-28)."""
+    refused the growth at 8 of 14 pauses of a batch-128 plan, 2026-11-28); and its own pause
+    readings (GROWTH_UPDATES updates, the same two batch orders as the rows')."""
     phi = gradient_noise(wl, train, state["model"], case.batch, seed + 3)[0]
     lr = retune_mod.rate(case.lr, goodput.gain(phi, case.batch, GROWTH * case.batch))
     spec = spec_of(wl.name, case, lr, GROWTH * case.batch)
     iters = iters_to_target(wl, train, test, spec, state, point, case)
+    held = first(test, RETUNE_VALIDATION)
+    readings = [pause_reading(wl, train, held, spec, state, (lr, 0.9), seed + k, GROWTH_UPDATES) for k in (1, 2)]
     return {"workload": name, "checkpoint": point, "batch": GROWTH * case.batch, "lr": lr, "noise_scale": phi,
-            "iters_to_target": iters, "samples_to_target": None if iters is None else iters * GROWTH * case.batch}
+            "iters_to_target": iters, "samples_to_target": None if iters is None else iters * GROWTH * case.batch,
+            "updates": GROWTH_UPDATES, "readings": [vars(r) for r in readings],
+            **{field: statistics.fmean(getattr(r, field) for r in readings) for field in ("raw", "cooled")}}
 
 
 def train_to(wl, train, spec: RunSpec, state: dict | None, start: int, iters: int, seed: int):
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     print_rows("pause scores and the time to target from each checkpoint", rows, COLUMNS)
     grown = saved.get("growth", []) if args.repick else grown
     if grown:
-        print_rows(f"the goodput's {GROWTH}x batch at AdaScale's rate from each checkpoint", grown, list(grown[0]))
+        print_rows(f"the goodput's {GROWTH}x batch at AdaScale's rate from each checkpoint", grown,
+                   [k for k in grown[0] if k != "readings"])
     chosen = picks(rows, {name: CASES[name].target for name in names})
     print_rows("the rate each score picks", chosen, list(chosen[0]))
     write_results(stem.removesuffix("-quick"), {

@@ -173,3 +173,41 @@ def test_momentum_set_to_zero_drops_the_velocity():
         opt.step()
     # 0.9: v = 10, w = -10; 0: w = -11, no velocity kept; 0.5: v starts at the gradient, w = -12
     assert float(w.detach()) == pytest.approx(-12.0)
+
+
+def test_a_switch_of_rate_keeps_the_step_going_at_its_speed():
+    """Momentum correction (Goyal et al. 2017): resumed at 4x the rate, the first step moves the
+    old velocity at the old rate plus the new gradient at the new one, not 4x the old velocity;
+    set_hyper alone (a pause's cool-down) scales the old velocity at once."""
+    def after_switch(switch: bool) -> float:
+        w = torch.nn.Parameter(torch.zeros(1))
+        opt = HeavyBall([w], lr=0.01, momentum=0.9)
+        w.grad = torch.full((1,), 10.0)
+        opt.step()                                   # v = 10, w = -0.1
+        resumed = HeavyBall([w], lr=0.04, momentum=0.9)
+        resumed.load_state_dict(opt.state_dict())
+        (resumed.switch if switch else resumed.set_hyper)(0.04, 0.9)
+        w.grad = torch.full((1,), 1.0)
+        resumed.step()
+        return float(w.detach())
+    # corrected: v = 10 * 0.01 / 0.04 = 2.5, then 0.9 * 2.5 + 1 = 3.25; w = -0.1 - 0.04 * 3.25 = -0.23
+    assert after_switch(True) == pytest.approx(-0.23)
+    # uncorrected: v = 0.9 * 10 + 1 = 10; w = -0.1 - 0.04 * 10 = -0.5
+    assert after_switch(False) == pytest.approx(-0.5)
+
+
+def test_a_switch_leaves_adamws_state_and_an_unchanged_rate_alone():
+    model = _model()
+    opt = AdamW(model.parameters(), lr=0.01, momentum=0.9)
+    _train(model, opt)
+    before = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state.items()}
+    opt.switch(0.04, 0.9)
+    for i, s in opt.state.items():
+        for k, v in s.items():
+            torch.testing.assert_close(v, before[i][k])
+    sgd = HeavyBall(model.parameters(), lr=0.01, momentum=0.9)
+    _train(model, sgd)
+    kept = [s["momentum_buffer"].clone() for s in sgd.state.values()]
+    sgd.switch(0.01, 0.5)
+    for s, v in zip(sgd.state.values(), kept):
+        torch.testing.assert_close(s["momentum_buffer"], v)

@@ -149,7 +149,7 @@ class SyncEmulator(Emulator):
         self.opt = self.update(self.net.parameters())
         if self.init_optimizer is not None:
             self.opt.load_state_dict(self.init_optimizer)
-            self.opt.set_hyper(self.cfg.lr, self.cfg.momentum)
+            self.opt.switch(self.cfg.lr, self.cfg.momentum)
         self.data = Shards(self.train, self.cfg.batches, self.seed)
 
     def step(self) -> float:
@@ -263,7 +263,7 @@ class ReplicaEmulator(Emulator):
             flat = flatten_state(self.init_optimizer, self.model)
             for opt in self.opts:
                 opt.load_state_dict(flat)
-                opt.set_hyper(self.cfg.lr, self.cfg.momentum)
+                opt.switch(self.cfg.lr, self.cfg.momentum)
         self.data = Shards(self.train, self.cfg.batches, self.seed)
 
     def local_steps(self) -> float:

@@ -83,5 +83,5 @@ def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: St
     opt = optimizer(model.parameters(), lr, momentum, recipe, horizon, start.iteration)
     if start.optimizer is not None:
         opt.load_state_dict(start.optimizer)
-        opt.set_hyper(lr, momentum)             # a re-plan may have changed them
+        opt.switch(lr, momentum)                # a re-plan may have changed them
     return opt
