@@ -35,6 +35,17 @@ def test_the_eta_waits_for_readings_counts_down_to_the_target_and_is_zero_there(
     assert estimate(restarted, 0.95) is None              # the new attempt has too few readings of its own
 
 
+def test_readings_too_early_in_the_run_say_so_not_that_it_stalls():
+    """Of four readings, the first at iteration 0, three lie past the first quarter of the
+    iterations: too few to fit a pace, which the note says (shapes-resnet's runs at a quarter of
+    their way read "no progress" while they climbed)."""
+    climbing = [{"attempt": 0, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
+                 "test_accuracy": 1.0 - 0.5 * math.exp(-it / 1000)} for it in (0, 500, 1000, 1500, 2000)]
+    e = estimate(climbing[:4], 0.95)
+    assert e.eta_s is None and e.note.startswith(f"fewer than {MIN_READINGS} readings")
+    assert estimate(climbing, 0.95).eta_s is not None       # a fourth one past it
+
+
 def test_the_eta_band_is_the_calibrated_share_of_the_training_left():
     """The band runs from BAND[0] to BAND[1] times the training left, whatever the curve; a run
     whose recent readings do not climb has no estimate. Fails if the band is read off the fit's

@@ -54,7 +54,11 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     per_iter = _sec_per_iter(mine)
     if per_iter is None:
         return Eta(now, it, acc, None, None, "no iterations between the readings")
-    iters = statmodel.pace_crossing(*_curve(mine, target), target.score, None if target.on_loss else test_size)
+    curve = _curve(mine, target)
+    if len(statmodel.recent(*curve)[0]) < MIN_READINGS:
+        return Eta(now, it, acc, None, None, f"fewer than {MIN_READINGS} readings past the first "
+                   f"{statmodel.RECENT:.0%} of the iterations")
+    iters = statmodel.pace_crossing(*curve, target.score, None if target.on_loss else test_size)
     if iters is None or iters > statmodel.TOO_FAR * it:
         return Eta(now, it, acc, None, None, "no progress in the recent readings" if iters is None else
                    f"the recent pace gets there past {statmodel.TOO_FAR:g} times the iterations so far")
