@@ -18,9 +18,11 @@ real job timed its shape and the model gives it more than PROTOCOL_GAIN more sam
 (`faster_protocols`), at the momentum that keeps the run's total: whether the asynchrony costs
 more in statistical efficiency than it gains in speed is what its reading at equal time says.
 
-Which: each candidate trains the same batches from the checkpoint, then cools down: half as
-many updates again at a tenth of its rate (`cooldown`, COOL_RATE). It is read on a fixed
-validation subset twice (paired comparisons): after its updates (raw) and after its cool-down.
+Which: each candidate trains the same batches from the checkpoint (its velocity scaled by the
+old rate over the candidate's: runtime/optim.py's momentum correction, which the run applies
+when it switches too), then cools down: half as many updates again at a tenth of its rate
+(`cooldown`, COOL_RATE). It is read on a fixed validation subset twice (paired comparisons):
+after its updates (raw) and after its cool-down.
 Each reading alone misleads (benchmarks.retune_proxy, against each rate's iterations to the
 target from the same checkpoint). Raw, the lower rates look better: after 30 updates they sit
 closer to the minimum's noise floor, whatever progress the higher ones made (short-horizon bias:
