@@ -89,7 +89,7 @@ def spec_of(name: str, case: Case, lr: float, batch: int | None = None) -> RunSp
                    target_accuracy=case.target)
 
 
-def growth_row(name: str, wl, train, test, case: Case, state: dict, point: int, seed: int) -> dict:
+def growth_row(name: str, wl, train, test, held, case: Case, state: dict, point: int, seed: int) -> dict:
     """The goodput's arm from a checkpoint: GROWTH times the batch at AdaScale's rate for the
     noise scale measured there (probe.gradient_noise), kept to the target; its iterations and
     samples to the target beside the case's rate's, which a reader turns into time with each
@@ -100,7 +100,6 @@ def growth_row(name: str, wl, train, test, case: Case, state: dict, point: int, 
     lr = retune_mod.rate(case.lr, goodput.gain(phi, case.batch, GROWTH * case.batch))
     spec = spec_of(wl.name, case, lr, GROWTH * case.batch)
     iters = iters_to_target(wl, train, test, spec, state, point, case)
-    held = first(test, RETUNE_VALIDATION)
     readings = [pause_reading(wl, train, held, spec, state, (lr, 0.9), seed + k, GROWTH_UPDATES) for k in (1, 2)]
     return {"workload": name, "checkpoint": point, "batch": GROWTH * case.batch, "lr": lr, "noise_scale": phi,
             "iters_to_target": iters, "samples_to_target": None if iters is None else iters * GROWTH * case.batch,
@@ -153,7 +152,7 @@ def bench(name: str, case: Case, grown: list[dict]) -> list[dict]:
             rows.append(row)
             print({k: v for k, v in row.items() if not k.startswith("readings")}, flush=True)
         if case.growth:
-            grown.append(growth_row(name, wl, train, test, case, state, point, base.seed))
+            grown.append(growth_row(name, wl, train, test, held, case, state, point, base.seed))
             print(grown[-1], flush=True)
     return rows
 

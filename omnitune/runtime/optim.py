@@ -121,9 +121,10 @@ class HeavyBall(Update):
         than the batch it would replace after the 9 updates that fit in the time of 30, past the
         pause's 1% floor, and 0.3% corrected (docs/model.md)."""
         old = self.param_groups[0]["lr"]
-        for state in self.state.values():
-            if "momentum_buffer" in state and old != lr:
-                state["momentum_buffer"].mul_(old / lr)
+        if old != lr:
+            for state in self.state.values():
+                if "momentum_buffer" in state:
+                    state["momentum_buffer"].mul_(old / lr)
         self.set_hyper(lr, momentum)
 
     def apply(self, params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict], lr: float) -> None:
