@@ -91,8 +91,11 @@ class Bench:
 WORKLOADS = {
     "lenet-digits": Bench(0.97, 30.0, False, (0.01, 0.03, 0.1), (16, 64)),
     "cnn1d-mnist1d": Bench(0.85, 30.0, False, (0.01, 0.03, 0.1), (16, 64)),
-    "shapes-resnet": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1), (32, 64)),
-    "teacher-mlp": Bench(0.985, 240.0, True, (0.01, 0.03, 0.1), (64, 256)),
+    # The long workloads' grids reach 0.3: at (0.01, 0.03, 0.1) the oracles of shapes-resnet and
+    # teacher-mlp both sat at the top rate, and an oracle on the grid's edge may not be the best
+    # fixed configuration there is.
+    "shapes-resnet": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1, 0.3), (32, 64)),
+    "teacher-mlp": Bench(0.985, 240.0, True, (0.01, 0.03, 0.1, 0.3), (64, 256)),
     # A test loss in nats per character; AdamW, so the default is its usual lr 3e-4, beta1 0.9. Its
     # grid's runs (and the default's) decay over the cap (fixed_spec): at a constant rate, lr 3e-3
     # and 6e-3 at batch 8 missed 1.7 in 240 s, where the recipe's docstring had them reach it.
@@ -100,7 +103,7 @@ WORKLOADS = {
                            sync_momenta=(0.9, 0.5)),
     # Held out (benchmarks/workloads/gru_count.py): its row is reported apart, and no rule of the
     # planner may be chosen from it.
-    "gru-count": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1), (64, 256),
+    "gru-count": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1, 0.3), (64, 256),
                        file=str(Path(__file__).resolve().parent / "workloads" / "gru_count.py"), held_out=True),
 }
 QUICK = {"lenet-digits": WORKLOADS["lenet-digits"]}
@@ -108,12 +111,13 @@ SEEDS = (1, 2, 3)
 SCREEN_STOP = 1.5
 BEST_OF_GRID = 4
 PREDICT_S = 30.0          # the longer probe of the plan's configuration that gives its band
-GOALS = {"plan_over_oracle": 1.10, "default_over_plan": 2.0, "planning_overhead_frac": 0.10}
+# Issue 37: in-run tuning should beat every fixed configuration, not just match one (1.10 before it).
+GOALS = {"plan_over_oracle": 1.0, "default_over_plan": 2.0, "planning_overhead_frac": 0.10, "retune_frac": 0.10}
 
 
 def grid(prof, bench: Bench, quick: bool) -> list[Config]:
-    """Layout, protocol and g, and momentum (four shapes; three on the long workloads) × batch ×
-    lr: 24 configurations, 18 on the long workloads (6 with --quick)."""
+    """Layout, protocol and g, and momentum (four shapes; three on the long workloads, with a
+    second sync momentum on charlm-stdlib) × batch × lr: 24 configurations (12 with --quick)."""
     per_core = prof.cluster.layouts["one-per-core"]
     one = prof.cluster.layouts.get("one-worker", per_core[:1])
     two = Groups(g=2)
@@ -533,8 +537,8 @@ def main() -> None:
             "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "retune_frac", "default_over_plan",
             "repeats"] + (["small_planning_s", "small_over_plan", "small_total_over_plan_total"]
                           if any("small" in r for r in rows) else [])
-    print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.10, default/plan >= 2, "
-               "overhead <= 0.10)", rows, cols)
+    print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.0, default/plan >= 2, "
+               "overhead <= 0.10, retune <= 0.10)", rows, cols)
     holds = [h for r in rows for h in r["band_holds"]]
     bounded = [h for h in holds if h is not None]
     print(f"the plan's band on iterations held the real run's in {sum(bounded)} of {len(bounded)} runs "

@@ -249,3 +249,10 @@ def test_a_default_measured_again_at_a_longer_cap_keeps_the_rest_of_the_row(tmp_
     check = again["default_check"]
     assert check["oracle_before_s"] == row["oracle_time_to_target_s"]
     assert check["default_over_oracle_again"] == again["default"]["median_s"] / check["oracle_again"]["median_s"]
+
+
+def test_every_workloads_grid_holds_at_least_24_configurations(sample_profile):
+    """Issue 37: the oracle is the best of a grid of 24 or more fixed configurations; --quick's 12."""
+    for name, b in plan_quality.WORKLOADS.items():
+        assert len(set(plan_quality.grid(sample_profile, b, False))) >= 24, name
+    assert len(plan_quality.grid(sample_profile, plan_quality.WORKLOADS["lenet-digits"], True)) == 12

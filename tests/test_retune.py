@@ -570,6 +570,20 @@ def test_the_goodputs_batch_is_taken_unless_its_readings_are_worse_beyond_the_no
                       growth=bigger).switched
 
 
+def test_a_larger_batch_whose_repeats_swing_is_vetoed_by_the_current_settings_noise():
+    """gru-count's pause (2026-11-28): four times the batch read 0.87 and 2.10 cooled against the
+    current 0.94 and 0.88. Its own spread (1.24) is no margin for it: worse by 0.575 on the mean
+    against the current setting's spread of 0.06, it is refused. The same mean gap within the
+    current setting's own spread is taken."""
+    now, bigger = retune.Setting(0.03, 0.9), retune.Setting(0.066, 0.9, 4.0)
+    d = decide(now, {now: readings((1.42, 0.94), (1.41, 0.88)), bigger: readings((1.40, 0.87), (1.44, 2.10))},
+               growth=bigger)
+    assert not d.switched and "cooled validation loss 0.5750 higher, beyond the noise 0.0600" in d.reason
+    steady = decide(now, {now: readings((1.0, 0.5), (1.0, 1.5)), bigger: readings((1.0, 1.2), (1.0, 1.2))},
+                    growth=bigger)
+    assert steady.switched and steady.setting == bigger
+
+
 def test_a_rate_that_wins_beyond_the_noise_goes_before_the_goodputs_batch():
     now, bigger, higher = retune.Setting(0.1, 0.9), retune.Setting(0.3, 0.9, 4.0), retune.Setting(0.3, 0.9)
     d = decide(now, {now: readings((1.0, 1.0), (1.0, 1.0)), higher: readings((0.8, 0.8), (0.8, 0.8)),
