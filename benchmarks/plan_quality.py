@@ -14,7 +14,8 @@ run's own pace 5% into its time limit (job.paced); the finalists' span is fitted
 screening measured.
 
 Every grid point is screened once (seed 0); a screening run stops at 1.5× the best screening time
-so far and then counts as at least that. The grid's best 4, the plan and the default then run
+so far and then counts as at least that. The grid's best 4 (those that reached the target first),
+the plan and the default then run
 with seeds 1, 2, 3 (`--seeds N`: 1 to N), seed by seed across them (interleaved, so the
 machine's drift falls on all alike): medians and min–max are reported. A run that misses the target counts as its
 time limit, the workload's stated cap. Where the default missed that cap in every run, its
@@ -102,7 +103,9 @@ WORKLOADS = {
     "charlm-stdlib": Bench(1.7, 240.0, True, (0.001, 0.003, 0.01), (8, 16), on_loss=True, default=(32, 3e-4, 0.9),
                            sync_momenta=(0.9, 0.5)),
     # Held out (benchmarks/workloads/gru_count.py): its row is reported apart, and no rule of the
-    # planner may be chosen from it.
+    # planner may be chosen from it. One was, after a run of it missed (2026-11-28): the veto of the
+    # goodput's batch by the current setting's noise alone (planning/retune.py, `vetoed`); for that
+    # rule its figures are in-sample.
     "gru-count": Bench(0.9, 240.0, True, (0.01, 0.03, 0.1, 0.3), (64, 256),
                        file=str(Path(__file__).resolve().parent / "workloads" / "gru_count.py"), held_out=True),
 }
@@ -274,7 +277,15 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
             best = min(best, row["time_s"]) if row["reached"] else best
             screened.append({**row, "config": c})
             print(f"{name} screen {i}: {describe(c)} {row['time_s']:.1f}s{'+' if not row['reached'] else ''}", flush=True)
-    ranked = sorted(screened, key=lambda s: s["time_s"])[:BEST_OF_GRID]
+    # Points that reached the target first: one stopped unreached at 1.5x the best so far beats
+    # that best only through 50% noise (teacher-mlp, 2026-11-28: batch 256 at lr 0.3, stopped at
+    # 91.7 s, went before batch 64 at lr 0.01's 94.3 s, and missed the 240-s cap in every seed).
+    ranked = sorted(screened, key=lambda s: (not s["reached"], s["time_s"]))[:BEST_OF_GRID]
+    chosen = [describe(s["config"]) for s in ranked]      # the journal's best0... are these
+    if (was := journal.get("finalists")) is None:
+        journal.put("finalists", chosen)
+    elif was != chosen:
+        raise SystemExit(f"{journal.path}: its finalists were {was}, they are now {chosen}: start on a new --work-dir")
     # With --replan, a finalist or default that missed its cap in every run of the last session
     # is kept as it was (its time is the cap), not run again.
     kept = {} if not previous else {

@@ -256,3 +256,31 @@ def test_every_workloads_grid_holds_at_least_24_configurations(sample_profile):
     for name, b in plan_quality.WORKLOADS.items():
         assert len(set(plan_quality.grid(sample_profile, b, False))) >= 24, name
     assert len(plan_quality.grid(sample_profile, plan_quality.WORKLOADS["lenet-digits"], True)) == 12
+
+
+def test_the_finalists_are_the_screening_points_that_reached_the_target_first(tmp_path, monkeypatch):
+    """Two screening points stopped unreached at a time below every reached one's: the finalists are
+    the four that reached (an unreached point was stopped at 1.5x the best so far), and the journal
+    records them, so that a journal whose finalists were others is refused. Fails if the finalists
+    are ranked by time alone."""
+    import pytest
+
+    from benchmarks.common import Journal
+
+    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    stub_bench(monkeypatch, [], None)
+    measure = plan_quality.measure
+
+    def screened(spec, work, tag, limit_s, start=None):
+        r = measure(spec, work, tag, limit_s, start)
+        return {**r, "time_s": 5.0, "reached": False} if tag.endswith(("grid0", "grid1")) else r
+    monkeypatch.setattr(plan_quality, "measure", screened)
+    journal = Journal(tmp_path / "j.jsonl")
+    row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,), journal=journal)
+    configs = plan_quality.grid(plan_quality.profiler.profile(), b, False)
+    finalists = [{k: f[k] for k in plan_quality.describe(configs[0])} for f in row["finalists"]]
+    assert len(finalists) == 4 and all(plan_quality.describe(c) not in finalists for c in configs[:2])
+    assert journal.get("finalists") == finalists
+    journal.put("finalists", finalists[::-1])
+    with pytest.raises(SystemExit, match="j.jsonl: its finalists were"):
+        plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,), journal=Journal(tmp_path / "j.jsonl"))

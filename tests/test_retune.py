@@ -58,8 +58,9 @@ def test_a_pause_reads_only_what_it_may_switch_to():
 
 def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, monkeypatch):
     """probe.retune reads the current setting first; where it diverges from the checkpoint, the
-    pause reads every candidate, the lower rates too, though the run was not stalled, and goes
-    on with one."""
+    pause reads the lower rates too, though the run was not stalled (a tenth of the rate because
+    a third reads finite, which is better), and goes on with one; ten times a rate whose three
+    times diverged is not read."""
     import torch
 
     from omnitune.probing import probe
@@ -76,7 +77,7 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
     new, record = probe.retune(spec, ckpt, "schedule", iters=10)
-    assert read[0] == 0.1 and set(read) == {0.1, 0.3, 1.0, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
+    assert read[0] == 0.1 and set(read) == {0.1, 0.3, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
 
 
 def readings(*pairs, score: float = 0.0) -> list[Reading]:
@@ -446,10 +447,11 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     """probe.pause_cost_s: every candidate's updates, cool-down and evaluations, and two repeats,
     at the run's step for each device: twice the step, twice the cost; more candidates (the
     batches the hardware model prices), more cost. The candidates are a stalled run's, all of
-    them (5 rates, and 2 batches where priced), not a schedule pause's 3 (and 2): a stall pauses
-    shapes-resnet, whose pause read 9 settings at 16 ms a step in 8.6-12.7 s. Where priced, the
-    goodput's batch is read twice more, after the noise scale's draws. Fails if the estimate
-    counts the schedule pause's candidates (7 / 5 where priced), or leaves out the goodput's."""
+    them (3 rates: ten times and a tenth are read only where the near steps win, which the
+    estimate counts as not; and 2 batches where priced), not a schedule pause's 2 (and 2): a stall
+    pauses shapes-resnet, whose pause read 9 settings at 16 ms a step in 8.6-12.7 s. Where priced,
+    the goodput's batch is read twice more, after the noise scale's draws. Fails if the estimate
+    counts the schedule pause's candidates (4 / 6 where priced), or leaves out the goodput's."""
     from omnitune.probing.probe import NOISE_DRAWS, pause_cost_s
     from tests.conftest import make_spec
 
@@ -458,10 +460,10 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     assert pause_cost_s(spec, 30, None, 0.032) == pytest.approx(2 * alone)
     two = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
     priced = pause_cost_s(two, 30, calibrated_step_s(), 0.016)
-    # 7 candidates where priced, 2 repeats, and the goodput's batch twice; its noise scale's draws
+    # 5 candidates where priced, 2 repeats, and the goodput's batch twice; its noise scale's draws
     noise = NOISE_DRAWS * 0.016 * 2
-    assert priced == pytest.approx(pause_cost_s(two, 30, None, 0.016) * 11 / 7 + noise)
-    assert 8.0 < alone * 9 / 7 < 12.0
+    assert priced == pytest.approx(pause_cost_s(two, 30, None, 0.016) * 9 / 5 + noise)
+    assert 8.0 < alone * 9 / 5 < 12.0
 
 
 def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
@@ -624,3 +626,47 @@ def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path,
     new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
     assert record["noise_scale"] == "inf" and json.loads(json.dumps(record))["noise_scale"] == "inf"
     assert new.lr == pytest.approx(0.4) and new.batch_size == {"cpu0": 32, "cpu1": 32}
+
+
+def test_a_far_rate_is_read_only_where_the_near_one_read_better_on_both_losses():
+    """Ten times the rate follows three times, a tenth a third, only where that near step read
+    lower than the current setting raw and cooled; other settings are always read. Fails if the
+    far rates are read whatever the near ones did, or never."""
+    now = retune.Setting(0.04, 0.9)
+    x3, x10, third, tenth = (retune.Setting(retune.rate(0.04, f), 0.9) for f in (3.0, 10.0, 1 / 3, 0.1))
+    worse = {now: readings((1.0, 1.0)), x3: readings((1.2, 0.9)), third: readings((0.9, 1.1))}
+    assert not retune.further(x10, now, worse) and not retune.further(tenth, now, worse)
+    better = {now: readings((1.0, 1.0)), x3: readings((0.9, 0.95)), third: readings((0.8, 0.9))}
+    assert retune.further(x10, now, better) and retune.further(tenth, now, better)
+    assert not retune.further(x10, now, {now: readings((1.0, 1.0))})          # the near one not read
+    for other in (now, x3, third, retune.Setting(0.08, 0.9, 2.0), retune.Setting(0.04, 0.5)):
+        assert retune.further(other, now, {})
+
+
+@pytest.mark.parametrize("x3_reads, far_read", [((1.1, 1.1), False), ((0.9, 0.9), True)])
+def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp_path, monkeypatch, x3_reads,
+                                                                             far_read):
+    """probe.retune on a stalled run: 3x the rate reads worse than the current one, and 10x is not
+    read (the record lists it as not read; a tenth likewise where a third read worse); where 3x
+    reads better on both losses, 10x is read."""
+    import torch
+
+    from omnitune.probing import probe
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
+    read = []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters):
+        read.append(setting)
+        ratio = round(setting.lr / 0.1, 2)
+        return Reading(*x3_reads, 0.0) if ratio == 3.0 else Reading(1.2, 1.2, 0.0) if ratio == 0.33 \
+            else Reading(1.0, 1.0, 0.0)
+    monkeypatch.setattr(probe, "pause_reading", fake)
+    monkeypatch.setattr(probe, "first", lambda test, n: test)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    _, record = probe.retune(spec, ckpt, "stall", iters=30)
+    lrs = {s.lr for s in read}
+    assert (1.0 in lrs) is far_read and 0.01 not in lrs and 0.3 in lrs and 0.0333 in lrs
+    assert {r["lr"] for r in record["not_read"]} == ({0.01} if far_read else {1.0, 0.01})

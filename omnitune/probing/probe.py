@@ -270,8 +270,9 @@ def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: St
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
     """What a pause's readings should cost before one was timed: each candidate a stalled run's
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
-    of no lower rate per sample) trains its updates, cools down and is evaluated twice, and two of
-    them are read again, at the run's seconds per iteration for each device (the emulation steps
+    of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
+    times or a third of it read better, counted here as not: retune.further) trains its
+    updates, cools down and is evaluated twice, and two of them are read again, at the run's seconds per iteration for each device (the emulation steps
     every device's batch in this process). A stall is what pauses a run within its budget: taken
     at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
     and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
@@ -279,6 +280,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
     goodput's reads were counted."""
     tried = retune_mod.spec_candidates(spec, step_s)
+    tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
     # Where the hardware model prices the batch, the goodput's batch, read twice as a candidate of
@@ -293,7 +295,8 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
            step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
     settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
-    one whose current setting diverges from here; else none of a lower rate per sample)
+    one whose current setting diverges from here; else none of a lower rate per sample; ten times
+    or a tenth of the rate only where three times or a third read better: retune.further)
     are read at the pause (`pause_reading`, on the same batches) and
     scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
     samples; the current setting and the challenger (retune.challenger) are read again on other
@@ -326,8 +329,12 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     # The current setting first: where it diverges from here, the pause reads as a stalled run's.
     readings = {current: [read(current, spec.seed + 1)]}
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
+    skipped = []
     for setting in dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger):
-        readings[setting] = [read(setting, spec.seed + 1)]
+        if retune_mod.further(setting, current, readings):     # a far rate only where the near one won
+            readings[setting] = [read(setting, spec.seed + 1)]
+        else:
+            skipped.append(setting)
     rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
     again = list(dict.fromkeys([current, *([rival] if rival else []), *bigger]))
     for setting in again if len(again) > 1 else ():     # again, on other batches: the noise
@@ -342,6 +349,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
                  "margin": decision.margin, "reason": decision.reason,
                  "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
                  "goodput_gain": growth[1] if growth else None,
+                 "not_read": [{"lr": s.lr, "momentum": s.momentum} for s in skipped],
                  "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
                              "protocol": (s.variant or spec.variant).label, "updates": updates[s],
                              "loss": float(np.mean([r.cooled for r in v])),
