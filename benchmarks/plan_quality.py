@@ -287,9 +287,11 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     elif was != chosen:
         raise SystemExit(f"{journal.path}: its finalists were {was}, they are now {chosen}: start on a new --work-dir")
     # With --replan, a finalist or default that missed its cap in every run of the last session
-    # is kept as it was (its time is the cap), not run again.
+    # is kept as it was (its time is the cap), not run again: matched by its configuration, which
+    # an older row's ranking may have put at another place.
     kept = {} if not previous else {
-        **{f"best{k}": f for k, f in enumerate(previous["finalists"]) if not any(r["reached"] for r in f["runs"])},
+        **{f"best{k}": f for k, c in enumerate(chosen) for f in previous["finalists"]
+           if c.items() <= f.items() and not any(r["reached"] for r in f["runs"])},
         **({"default": previous["default"]} if not any(r["reached"] for r in previous["default"]["runs"]) else {})}
     specs = {"plan": {seed: p["path"] for seed, p in plans.items()},
              **({"small": {seed: p["path"] for seed, p in small.items()}} if small else {}),

@@ -284,3 +284,19 @@ def test_the_finalists_are_the_screening_points_that_reached_the_target_first(tm
     journal.put("finalists", finalists[::-1])
     with pytest.raises(SystemExit, match="j.jsonl: its finalists were"):
         plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,), journal=Journal(tmp_path / "j.jsonl"))
+
+
+def test_a_replan_keeps_a_finalist_that_missed_by_its_configuration_not_its_place(tmp_path, monkeypatch):
+    """--replan keeps a finalist that missed its cap in every run of the last row, matched by its
+    configuration: with the last row's finalists in another order (an older ranking), the one that
+    missed is still the one not run again. Fails if it is matched by its place."""
+    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    stub_bench(monkeypatch, [], None)
+    row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,))
+    missed = {**row["finalists"][2], "runs": [{**r, "reached": False} for r in row["finalists"][2]["runs"]]}
+    previous = {**row, "finalists": [missed] + [f for k, f in enumerate(row["finalists"]) if k != 2]}
+    calls = []
+    stub_bench(monkeypatch, calls, None)
+    again = plan_quality.bench("lenet-digits", b, False, tmp_path, previous, seeds=(1,))
+    assert "lenet-digits-best2-s1" not in calls and "lenet-digits-best0-s1" in calls
+    assert again["finalists"][2]["runs"] == missed["runs"]
