@@ -285,7 +285,8 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
     if (was := journal.get("finalists")) is None:
         journal.put("finalists", chosen)
     elif was != chosen:
-        raise SystemExit(f"{journal.path}: its finalists were {was}, they are now {chosen}: start on a new --work-dir")
+        raise SystemExit(f"{journal.path}: its finalists were {was}, they are now {chosen}: "
+                         "start on a new --work-dir")
     # With --replan, a finalist or default that missed its cap in every run of the last session
     # is kept as it was (its time is the cap), not run again: matched by its configuration, which
     # an older row's ranking may have put at another place.

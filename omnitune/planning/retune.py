@@ -49,7 +49,8 @@ The batch also grows by its goodput (`grown`, efficiency/goodput.py), as Pollux 
 batches: the gradient noise scale, measured at the pause, grows as the loss falls, and where two
 or four times the batch trains GOODPUT_GAIN more goodput by the hardware model, it is read at
 AdaScale's rate and taken unless its readings are worse than the current setting's beyond that
-setting's own noise (`vetoed`). A probe before the run sees only its start, where the noise scale is small.
+setting's own noise (`vetoed`). A probe before the run sees only its start, where the noise
+scale is small.
 
 When the chosen setting's cool-down reaches the target on the validation subset, the run goes
 on at the cooled rate: a rate that sits on a plateau below the target while a lower one would
@@ -301,8 +302,8 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     missed; with no floor at all, teacher-mlp switched on gaps of 0.0020, 0.0005 and 0.0002 at a
     loss of 0.25, coin tosses). Where no challenger wins, the `growth` (`grown`: a larger batch
     the goodput favours) is taken unless its mean reading is worse than the current setting's
-    beyond that setting's noise (`vetoed`): the goodput is the reason to switch, the readings only a check
-    that the new batch and its rate train. Then, where the chosen setting's cool-down reached the
+    beyond that setting's noise (`vetoed`): the goodput is the reason to switch, the readings only
+    a check that the new batch and its rate train. Then, where the chosen setting's cool-down reached the
     `target` score on every repeat, go on cooled."""
     cooled = means(readings, "cooled")
     if current not in cooled or diverged:
@@ -347,19 +348,20 @@ def vetoed(readings: dict[Setting, list[Reading]], current: Setting, growth: Set
     if growth not in means(readings, "cooled") or growth not in means(readings, "raw"):
         return "diverged in its reading"
     for field in ("raw", "cooled"):
-        mine = [getattr(r, field) for r in readings[current]]
-        higher = statistics.fmean(getattr(r, field) for r in readings[growth]) - statistics.fmean(mine)
-        margin = max(noise(mine), NOISE_FLOOR * abs(statistics.fmean(mine)))
-        if higher > margin:
-            return f"read {field} validation loss {higher:.4f} higher, beyond the noise {margin:.4f}"
+        lower, margin = gap(readings, current, growth, field, rivals_noise=False)
+        if -lower > margin:
+            return f"read {field} validation loss {-lower:.4f} higher, beyond the noise {margin:.4f}"
     return ""
 
 
-def gap(readings: dict[Setting, list[Reading]], current: Setting, rival: Setting, field: str) -> tuple[float, float]:
-    """How much lower `rival`'s mean `field` loss is than `current`'s, and the noise it must beat."""
+def gap(readings: dict[Setting, list[Reading]], current: Setting, rival: Setting, field: str,
+        rivals_noise: bool = True) -> tuple[float, float]:
+    """How much lower `rival`'s mean `field` loss is than `current`'s, and the noise it must beat:
+    the larger spread of the two settings' repeats (only `current`'s without `rivals_noise`), at
+    least NOISE_FLOOR of the current loss."""
     mine = [getattr(r, field) for r in readings[current]]
     theirs = [getattr(r, field) for r in readings[rival]]
-    margin = max(noise(mine), noise(theirs), NOISE_FLOOR * abs(statistics.fmean(mine)))
+    margin = max(noise(mine), noise(theirs) if rivals_noise else 0.0, NOISE_FLOOR * abs(statistics.fmean(mine)))
     return statistics.fmean(mine) - statistics.fmean(theirs), margin
 
 

@@ -272,8 +272,9 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
     of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
     times or a third of it read better, counted here as not: retune.further) trains its
-    updates, cools down and is evaluated twice, and two of them are read again, at the run's seconds per iteration for each device (the emulation steps
-    every device's batch in this process). A stall is what pauses a run within its budget: taken
+    updates, cools down and is evaluated twice, and two of them are read again, at the run's
+    seconds per iteration for each device (the emulation steps every device's batch in this
+    process). A stall is what pauses a run within its budget: taken
     at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
     and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
