@@ -670,3 +670,79 @@ def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp
     lrs = {s.lr for s in read}
     assert (1.0 in lrs) is far_read and 0.01 not in lrs and 0.3 in lrs and 0.0333 in lrs
     assert {r["lr"] for r in record["not_read"]} == ({0.01} if far_read else {1.0, 0.01})
+
+
+def test_timed_scales_replace_the_models_ratios_and_nothing_else():
+    """retune.timed: a scale the pause timed steps at the model's current step times the timed
+    ratio; the current batch keeps the model's figure, other shapes and unpriced ones the model's."""
+    from dataclasses import replace
+
+    from tests.conftest import make_spec
+
+    step_s = calibrated_step_s()
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
+    base = step_s(spec)
+    faster = retune.timed(step_s, spec, {1.0: 0.010, 2.0: 0.012, 4.0: 0.016})
+    assert faster(spec) == pytest.approx(base)
+    assert faster(retune.scaled(spec, 2.0)) == pytest.approx(base * 1.2)
+    assert faster(retune.scaled(spec, 4.0)) == pytest.approx(base * 1.6)
+    half = retune.scaled(spec, 0.5)
+    assert faster(half) == step_s(half)
+    huge = replace(spec, batch_size={"cpu0": 10**6, "cpu1": 10**6})
+    assert step_s(huge) is None and faster(huge) is None
+
+
+@pytest.mark.parametrize("big_s, grows", [(0.011, True), (0.040, False)])
+def test_a_pause_on_one_cpu_grows_the_batch_by_the_steps_it_timed(tmp_path, monkeypatch, big_s, grows):
+    """On one CPU device the goodput's speeds are the pause's own timings: where four times the
+    batch steps nearly as fast as the run's, the batch grows; where it steps four times slower
+    (no more samples a second), it does not, whatever the profile's curve says. The timings go
+    into replans' record."""
+    import torch
+
+    from omnitune import planning
+    from omnitune.core import profile
+    from omnitune.probing import probe
+    from tests.conftest import DATA, make_spec
+
+    spec = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
+    step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
+    assert step_s(spec) and step_s(retune.scaled(spec, 4.0))
+    monkeypatch.setattr(probe, "pause_reading", lambda *a: Reading(1.0, 1.0, 0.0))
+    monkeypatch.setattr(probe, "first", lambda test, n: test)
+    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
+    seconds = {1.0: 0.010, 2.0: (0.010 + big_s) / 2, 4.0: big_s}
+    monkeypatch.setattr(probe, "timed_scales", lambda *a: seconds)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=step_s)
+    assert record["timed_step_s"] == {"1.0": 0.010, "2.0": seconds[2.0], "4.0": big_s}
+    assert (new.batch_size["cpu-all"] > 16) == grows == record["switched"]
+
+
+def test_a_pause_times_its_batches_on_one_cpu_device_only():
+    """probe.timed_scales times the run's batch and the larger ones the model prices, on the
+    workload's real loop from its own weights; several devices, a slowed one or none priced:
+    nothing is timed."""
+    import torch
+
+    from omnitune import planning
+    from omnitune.core import profile
+    from omnitune.probing import probe
+    from omnitune.runtime import workload as workload_mod
+    from tests.conftest import DATA, make_spec
+
+    spec = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
+    step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
+    wl = workload_mod.load(spec.workload)
+    train, _ = wl.build_datasets(None, 0)
+    torch.manual_seed(0)
+    net = wl.build_model()
+    state = {"model": net.state_dict(), "optimizer": None}
+    seconds = probe.timed_scales(wl, train, spec, state, step_s)
+    assert set(seconds) == {1.0, 2.0, 4.0} and all(t > 0 for t in seconds.values())
+    two = make_spec("sync", [["cpu0", "cpu1"]], batch=16)
+    assert probe.timed_scales(wl, train, two, state, calibrated_step_s()) is None
+    slowed = make_spec("sync", [["cpu-all"]], batch=16, slowdown={"cpu-all": 2.0})
+    assert probe.timed_scales(wl, train, slowed, state, step_s) is None
+    assert probe.timed_scales(wl, train, spec, state, lambda s: step_s(s) if s == spec else None) is None

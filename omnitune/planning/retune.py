@@ -211,6 +211,23 @@ def throughput(spec: RunSpec, step_s: StepTime | None) -> float | None:
     return spec.variant.samples_per_update(spec.group_batches) / t
 
 
+def timed(step_s: StepTime, spec: RunSpec, seconds: dict[float, float]) -> StepTime:
+    """The hardware model with the batch scales a pause timed in place of its ratios: a timed
+    scale's step (`seconds[scale]`, seconds a step at that scale of the run's batch; 1.0 the run's
+    own) is the model's at the run's batch times the timed ratio, so that figures of other shapes
+    stay on the model's footing; a scale the model does not price stays unpriced. teacher-mlp's
+    profile timed batch 256 at 48.6k samples a second, under batch 128's 49.0k; the runs trained
+    at about 41k at 128 and 53k at 256, and the goodput never grew a batch of 128 (CHANGELOG)."""
+    base, key = step_s(spec), lambda s: (tuple(sorted(s.batch_size.items())), s.variant, s.groups)
+    by_shape = {key(scaled(spec, f)): s / seconds[1.0] for f, s in seconds.items()}
+
+    def step(other: RunSpec) -> float | None:
+        own = step_s(other)
+        ratio = by_shape.get(key(other))
+        return base * ratio if own and base and ratio is not None else own
+    return step
+
+
 def pace(spec: RunSpec, setting: Setting, step_s: StepTime | None) -> float:
     """Updates of `setting` that fit in the time of one of the current spec's (1 where it trains
     the same shape): a pause reads every candidate after equal training time."""

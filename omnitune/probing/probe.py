@@ -256,12 +256,53 @@ def gradient_noise(wl: Workload, train, model_state: dict, batch: int, seed: int
     return goodput.noise_scale(np.stack(grads), batch)
 
 
+def grows(wl: Workload, spec: RunSpec, step_s: StepTime | None) -> bool:
+    """Whether a pause weighs a larger batch by its goodput: the hardware model prices the run's
+    batch and the recipe is SGD (AdaScale's rate is SGD's)."""
+    return step_s is not None and retune_mod.throughput(spec, step_s) is not None and wl.recipe.optimizer == "sgd"
+
+
+TIMED_ROUNDS, TIMED_STEPS = 3, 3     # a timed batch scale: rounds, each this many steps (after one to warm up)
+
+
+def timed_scales(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime) -> dict[float, float] | None:
+    """Seconds a step of the run's batch (1.0) and of each of retune.GROWTH's scales the model
+    prices, timed at the pause from the checkpoint on this process's CPU, in interleaved rounds
+    (the machine's drift falls on every scale alike), median of the rounds; None unless the run
+    is one CPU device (unslowed), whose loop this process's emulation is: on several devices the
+    emulation steps them one after another, and a GPU is not this CPU. The growth is then chosen
+    by the run's own loop at the run's own moment, not by a profile's curve taken apart from it."""
+    device = spec.devices[0]
+    if len(spec.devices) != 1 or device.kind != "cpu" or device.emulated_slowdown != 1.0:
+        return None
+    scales = [1.0] + [f for f in retune_mod.GROWTH if retune_mod.scaled(spec, f).batch_size != spec.batch_size
+                      and step_s(retune_mod.scaled(spec, f))]
+    if len(scales) == 1:
+        return None
+    emus = {f: emulator(wl, train, probe_config(retune_mod.scaled(spec, f), spec.lr, spec.momentum), spec.seed + 4,
+                        state["model"], state["optimizer"], horizon=spec.horizon) for f in scales}
+    threads, times = torch.get_num_threads(), {f: [] for f in scales}
+    torch.set_num_threads(device.threads)
+    try:
+        for emu in emus.values():
+            emu.step()
+        for _ in range(TIMED_ROUNDS):
+            for f, emu in emus.items():
+                began = time.perf_counter()
+                for _ in range(TIMED_STEPS):
+                    emu.step()
+                times[f].append((time.perf_counter() - began) / TIMED_STEPS)
+    finally:
+        torch.set_num_threads(threads)
+    return {f: float(np.median(t)) for f, t in times.items()}
+
+
 def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime | None) \
         -> tuple[float | None, tuple[retune_mod.Setting, float] | None]:
     """The gradient noise scale at the checkpoint, and the larger batch its goodput favours with
-    its gain (retune.grown); (None, None) where the hardware model prices no batch of the run's or
-    its recipe is not SGD (AdaScale's rate is SGD's). Measured on the largest group's batch."""
-    if step_s is None or retune_mod.throughput(spec, step_s) is None or wl.recipe.optimizer != "sgd":
+    its gain (retune.grown); (None, None) where it weighs none (`grows`). Measured on the largest
+    group's batch."""
+    if not grows(wl, spec, step_s):
         return None, None
     phi = gradient_noise(wl, train, state["model"], max(sum(g) for g in spec.group_batches), spec.seed + 3)[0]
     return phi, retune_mod.grown(spec, step_s, phi)
@@ -274,7 +315,8 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     times or a third of it read better, counted here as not: retune.further) trains its
     updates, cools down and is evaluated twice, and two of them are read again, at the run's
     seconds per iteration for each device (the emulation steps every device's batch in this
-    process). A stall is what pauses a run within its budget: taken
+    process), and on one CPU device the larger batches' timing (`timed_scales`). A stall is
+    what pauses a run within its budget: taken
     at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
     and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
@@ -289,7 +331,10 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     priced = step_s is not None and retune_mod.throughput(spec, step_s) is not None
     reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
-    return (reads * (updates + evaluations) + noise) * sec_per_iter * len(spec.devices)
+    # One CPU device: each larger batch the goodput weighs is timed, at its multiple of the step.
+    timing = (1 + TIMED_ROUNDS * TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) \
+        if priced and len(spec.devices) == 1 and spec.devices[0].kind == "cpu" else 0
+    return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
 
 
 def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
@@ -311,7 +356,9 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
     the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
     the checkpoint and the larger batch its goodput favours (retune.grown) is read and taken
-    unless its readings refuse it (retune.decide).
+    unless its readings refuse it (retune.decide); on one CPU device, the step times of the
+    run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
+    model's ratios (retune.timed).
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
@@ -320,6 +367,8 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
     stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
+    seconds = timed_scales(wl, train, spec, state, step_s) if grows(wl, spec, step_s) else None
+    step_s = retune_mod.timed(step_s, spec, seconds) if seconds else step_s
     every = retune_mod.spec_candidates(spec, step_s)
     phi, growth = noise_and_growth(wl, train, spec, state, step_s)
     bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
@@ -350,6 +399,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
                  "margin": decision.margin, "reason": decision.reason,
                  "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
                  "goodput_gain": growth[1] if growth else None,
+                 "timed_step_s": {str(f): t for f, t in seconds.items()} if seconds else None,
                  "not_read": [{"lr": s.lr, "momentum": s.momentum} for s in skipped],
                  "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
                              "protocol": (s.variant or spec.variant).label, "updates": updates[s],
