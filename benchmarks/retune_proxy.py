@@ -46,7 +46,8 @@ from omnitune.core.runspec import RunSpec
 from omnitune.planning import retune as retune_mod
 from omnitune.probing.emulator import emulator
 from omnitune.efficiency import goodput
-from omnitune.probing.probe import RETUNE_VALIDATION, gradient_noise, pause_reading, probe_config
+from omnitune.probing.pause import RETUNE_VALIDATION, gradient_noise, pause_reading
+from omnitune.probing.probe import probe_config
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.workload import evaluate, first
 
@@ -91,7 +92,7 @@ def spec_of(name: str, case: Case, lr: float, batch: int | None = None) -> RunSp
 
 def growth_row(name: str, wl, train, test, held, case: Case, state: dict, point: int, seed: int) -> dict:
     """The goodput's arm from a checkpoint: GROWTH times the batch at AdaScale's rate for the
-    noise scale measured there (probe.gradient_noise), kept to the target; its iterations and
+    noise scale measured there (pause.gradient_noise), kept to the target; its iterations and
     samples to the target beside the case's rate's, which a reader turns into time with each
     batch's step (the pause priced them by the profile; its readings, 10 updates against 30,
     refused the growth at 8 of 14 pauses of a batch-128 plan, 2026-11-28); and its own pause

@@ -31,7 +31,7 @@ from omnitune.core.profile import Profile
 from omnitune.efficiency import fleet as fleet_mod
 from omnitune.planning import study as study_mod
 from omnitune.planning.request import PlanRequest
-from omnitune.probing import probe, timing
+from omnitune.probing import pause, probe, timing
 from omnitune.profiling import profiler
 from omnitune.runtime import job, workload as wl_mod
 from omnitune.runtime.job import RunOptions
@@ -147,16 +147,16 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
 
 
 def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say = quiet) -> tuple[Callable, float]:
-    """The re-tuning function `run` hands the runtime (probe.retune, each reading `iters`
-    updates), and what its first pause should cost (probe.pause_cost_s). `priced=False`: rates
+    """The re-tuning function `run` hands the runtime (pause.retune, each reading `iters`
+    updates), and what its first pause should cost (pause.pause_cost_s). `priced=False`: rates
     and momenta only, as if the plan's profile were not at hand; where it is not, `notice` hears so."""
     plan = plan_mod.load(plan_path)
     step_s = pause_step_s(plan, plan_path) if priced else None
     if priced and step_s is None and not plan.simulated_cluster:
         notice(f"the plan's profile {plan.profile} is not at hand (beside the plan, or as given) or cannot be "
                "read: the run's pauses compare rates and momenta only, not batches or protocols")
-    return (partial(probe.retune, iters=iters, step_s=step_s),
-            probe.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
+    return (partial(pause.retune, iters=iters, step_s=step_s),
+            pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter))
 
 
 def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:

@@ -72,7 +72,7 @@ def test_a_worker_killed_after_a_pause_stops_the_resident_run_cleanly(tmp_path, 
     in a later segment ends the job with the one-line error, as in a plain run, not a hang."""
     from functools import partial
 
-    from omnitune.probing.probe import retune
+    from omnitune.probing.pause import retune
 
     monkeypatch.setenv("OMNITUNE_FAULT_KILL", "1:400")
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.999)

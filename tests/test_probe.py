@@ -98,7 +98,7 @@ def test_the_noise_scale_grows_as_a_model_learns_and_is_measured_without_an_upda
     import torch
 
     from omnitune.probing.emulator import emulator
-    from omnitune.probing.probe import gradient_noise
+    from omnitune.probing.pause import gradient_noise
 
     wl, train, _ = digits
     emu = emulator(wl, train, ProbeConfig(Sync(), ((32,),), 0.05, 0.9), 0)

@@ -57,13 +57,13 @@ def test_a_pause_reads_only_what_it_may_switch_to():
 
 
 def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, monkeypatch):
-    """probe.retune reads the current setting first; where it diverges from the checkpoint, the
+    """pause.retune reads the current setting first; where it diverges from the checkpoint, the
     pause reads the lower rates too, though the run was not stalled (a tenth of the rate because
     a third reads finite, which is better), and goes on with one; ten times a rate whose three
     times diverged is not read."""
     import torch
 
-    from omnitune.probing import probe
+    from omnitune.probing import pause
     from tests.conftest import make_spec
 
     spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
@@ -72,11 +72,11 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     def fake(wl, train, held, spec, state, setting, batches, iters):
         read.append(setting.lr)
         return Reading(math.inf, math.inf, -math.inf) if setting.lr >= 0.1 else Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(probe, "pause_reading", fake)
-    monkeypatch.setattr(probe, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
-    new, record = probe.retune(spec, ckpt, "schedule", iters=10)
+    new, record = pause.retune(spec, ckpt, "schedule", iters=10)
     assert read[0] == 0.1 and set(read) == {0.1, 0.3, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
 
 
@@ -444,7 +444,7 @@ def test_a_pause_that_doubles_the_batch_halves_the_schedules_iterations_left(tmp
 
 
 def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
-    """probe.pause_cost_s: every candidate's updates, cool-down and evaluations, and two repeats,
+    """pause.pause_cost_s: every candidate's updates, cool-down and evaluations, and two repeats,
     at the run's step for each device: twice the step, twice the cost; more candidates (the
     batches the hardware model prices), more cost. The candidates are a stalled run's, all of
     them (3 rates: ten times and a tenth are read only where the near steps win, which the
@@ -452,7 +452,7 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     pauses shapes-resnet, whose pause read 9 settings at 16 ms a step in 8.6-12.7 s. Where priced,
     the goodput's batch is read twice more, after the noise scale's draws. Fails if the estimate
     counts the schedule pause's candidates (4 / 6 where priced), or leaves out the goodput's."""
-    from omnitune.probing.probe import NOISE_DRAWS, pause_cost_s
+    from omnitune.probing.pause import NOISE_DRAWS, pause_cost_s
     from tests.conftest import make_spec
 
     spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
@@ -464,6 +464,24 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
     noise = NOISE_DRAWS * 0.016 * 2
     assert priced == pytest.approx(pause_cost_s(two, 30, None, 0.016) * 9 / 5 + noise)
     assert 8.0 < alone * 9 / 5 < 12.0
+
+
+def test_a_pause_on_one_cpu_counts_the_timing_of_its_batches():
+    """pause.pause_cost_s on one CPU device, priced: its readings and the timing of the run's
+    batch and of two and four times it (pause.timed_scales: a warm-up step and its rounds, each
+    at its multiple of the run's step); a slowed device is not timed."""
+    from omnitune import planning
+    from omnitune.core import profile
+    from omnitune.probing.pause import NOISE_DRAWS, TIMED_ROUNDS, TIMED_STEPS, pause_cost_s
+    from tests.conftest import DATA, make_spec
+
+    step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
+    one = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
+    slowed = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9, slowdown={"cpu-all": 2.0})
+    timing = (1 + TIMED_ROUNDS * TIMED_STEPS) * (1 + 2 + 4) * 0.016
+    assert pause_cost_s(one, 30, step_s, 0.016) == pytest.approx(pause_cost_s(slowed, 30, step_s, 0.016) + timing)
+    assert pause_cost_s(slowed, 30, step_s, 0.016) == pytest.approx(pause_cost_s(one, 30, None, 0.016) * 9 / 5
+                                                                     + NOISE_DRAWS * 0.016)
 
 
 def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
@@ -594,13 +612,13 @@ def test_a_rate_that_wins_beyond_the_noise_goes_before_the_goodputs_batch():
 
 
 def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path, monkeypatch):
-    """probe.retune with the hardware model: the noise scale measured at the checkpoint (faked at
+    """pause.retune with the hardware model: the noise scale measured at the checkpoint (faked at
     1,000 samples) makes four times the batch a candidate at AdaScale's rate; it reads like the
     current setting, and the run goes on with it; replans' record says why, with phi and the
     goodput's gain. Without the hardware model nothing is measured."""
     import torch
 
-    from omnitune.probing import probe
+    from omnitune.probing import pause
     from tests.conftest import make_spec
 
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
@@ -609,21 +627,21 @@ def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path,
     def fake(wl, train, held, spec, state, setting, batches, iters):
         read.append((setting, iters))
         return Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(probe, "pause_reading", fake)
-    monkeypatch.setattr(probe, "first", lambda test, n: test)
-    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
-    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
+    new, record = pause.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
     bigger = retune.grown(spec, calibrated_step_s(), 1000.0)[0]
     assert [s for s, _ in read].count(bigger) == 2 and dict(read)[bigger] < 30
     assert new.batch_size == {"cpu0": 32, "cpu1": 32} and new.lr == bigger.lr and record["switched"]
     assert record["noise_scale"] == 1000.0 and record["goodput_gain"] > 1 + retune.GOODPUT_GAIN
     assert "goodput grows" in record["reason"]
-    _, plain = probe.retune(spec, ckpt, "schedule", iters=30)
+    _, plain = pause.retune(spec, ckpt, "schedule", iters=30)
     assert plain["noise_scale"] is None and not plain["switched"]
-    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (math.inf, -1.0))     # all noise: linear scaling
-    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
+    monkeypatch.setattr(pause, "gradient_noise", lambda *a, **k: (math.inf, -1.0))     # all noise: linear scaling
+    new, record = pause.retune(spec, ckpt, "schedule", iters=30, step_s=calibrated_step_s())
     assert record["noise_scale"] == "inf" and json.loads(json.dumps(record))["noise_scale"] == "inf"
     assert new.lr == pytest.approx(0.4) and new.batch_size == {"cpu0": 32, "cpu1": 32}
 
@@ -646,12 +664,12 @@ def test_a_far_rate_is_read_only_where_the_near_one_read_better_on_both_losses()
 @pytest.mark.parametrize("x3_reads, far_read", [((1.1, 1.1), False), ((0.9, 0.9), True)])
 def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp_path, monkeypatch, x3_reads,
                                                                              far_read):
-    """probe.retune on a stalled run: 3x the rate reads worse than the current one, and 10x is not
+    """pause.retune on a stalled run: 3x the rate reads worse than the current one, and 10x is not
     read (the record lists it as not read; a tenth likewise where a third read worse); where 3x
     reads better on both losses, 10x is read."""
     import torch
 
-    from omnitune.probing import probe
+    from omnitune.probing import pause
     from tests.conftest import make_spec
 
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
@@ -662,11 +680,11 @@ def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp
         ratio = round(setting.lr / 0.1, 2)
         return Reading(*x3_reads, 0.0) if ratio == 3.0 else Reading(1.2, 1.2, 0.0) if ratio == 0.33 \
             else Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(probe, "pause_reading", fake)
-    monkeypatch.setattr(probe, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
-    _, record = probe.retune(spec, ckpt, "stall", iters=30)
+    _, record = pause.retune(spec, ckpt, "stall", iters=30)
     lrs = {s.lr for s in read}
     assert (1.0 in lrs) is far_read and 0.01 not in lrs and 0.3 in lrs and 0.0333 in lrs
     assert {r["lr"] for r in record["not_read"]} == ({0.01} if far_read else {1.0, 0.01})
@@ -702,33 +720,33 @@ def test_a_pause_on_one_cpu_grows_the_batch_by_the_steps_it_timed(tmp_path, monk
 
     from omnitune import planning
     from omnitune.core import profile
-    from omnitune.probing import probe
+    from omnitune.probing import pause
     from tests.conftest import DATA, make_spec
 
     spec = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
     step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
     assert step_s(spec) and step_s(retune.scaled(spec, 4.0))
-    monkeypatch.setattr(probe, "pause_reading", lambda *a: Reading(1.0, 1.0, 0.0))
-    monkeypatch.setattr(probe, "first", lambda test, n: test)
-    monkeypatch.setattr(probe, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
+    monkeypatch.setattr(pause, "pause_reading", lambda *a: Reading(1.0, 1.0, 0.0))
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "gradient_noise", lambda *a, **k: (1000.0, 1.0))
     seconds = {1.0: 0.010, 2.0: (0.010 + big_s) / 2, 4.0: big_s}
-    monkeypatch.setattr(probe, "timed_scales", lambda *a: seconds)
+    monkeypatch.setattr(pause, "timed_scales", lambda *a: seconds)
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
-    new, record = probe.retune(spec, ckpt, "schedule", iters=30, step_s=step_s)
+    new, record = pause.retune(spec, ckpt, "schedule", iters=30, step_s=step_s)
     assert record["timed_step_s"] == {"1.0": 0.010, "2.0": seconds[2.0], "4.0": big_s}
     assert (new.batch_size["cpu-all"] > 16) == grows == record["switched"]
 
 
 def test_a_pause_times_its_batches_on_one_cpu_device_only():
-    """probe.timed_scales times the run's batch and the larger ones the model prices, on the
+    """pause.timed_scales times the run's batch and the larger ones the model prices, on the
     workload's real loop from its own weights; several devices, a slowed one or none priced:
     nothing is timed."""
     import torch
 
     from omnitune import planning
     from omnitune.core import profile
-    from omnitune.probing import probe
+    from omnitune.probing import pause
     from omnitune.runtime import workload as workload_mod
     from tests.conftest import DATA, make_spec
 
@@ -739,10 +757,10 @@ def test_a_pause_times_its_batches_on_one_cpu_device_only():
     torch.manual_seed(0)
     net = wl.build_model()
     state = {"model": net.state_dict(), "optimizer": None}
-    seconds = probe.timed_scales(wl, train, spec, state, step_s)
+    seconds = pause.timed_scales(wl, train, spec, state, step_s)
     assert set(seconds) == {1.0, 2.0, 4.0} and all(t > 0 for t in seconds.values())
     two = make_spec("sync", [["cpu0", "cpu1"]], batch=16)
-    assert probe.timed_scales(wl, train, two, state, calibrated_step_s()) is None
+    assert pause.timed_scales(wl, train, two, state, calibrated_step_s()) is None
     slowed = make_spec("sync", [["cpu-all"]], batch=16, slowdown={"cpu-all": 2.0})
-    assert probe.timed_scales(wl, train, slowed, state, step_s) is None
-    assert probe.timed_scales(wl, train, spec, state, lambda s: step_s(s) if s == spec else None) is None
+    assert pause.timed_scales(wl, train, slowed, state, step_s) is None
+    assert pause.timed_scales(wl, train, spec, state, lambda s: step_s(s) if s == spec else None) is None

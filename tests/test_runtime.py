@@ -81,7 +81,7 @@ def test_replan_during_a_real_run(tmp_path):
     learner per group (it once split them into groups of two and crashed)."""
     from functools import partial
 
-    from omnitune.probing.probe import retune
+    from omnitune.probing.pause import retune
 
     learners = [["cpu0"], ["cpu1"], ["cpu2"], ["cpu3"]]
     plan = make_plan(tmp_path / "plan.json", "softsync", learners, softsync_n=4, lr=0.05, momentum=0.4, target=0.985)
@@ -204,7 +204,7 @@ def test_retuning_raises_a_rate_too_small(tmp_path):
     by up to 0.55, and the hysteresis then keeps it in some runs and not others."""
     from functools import partial
 
-    from omnitune.probing.probe import retune
+    from omnitune.probing.pause import retune
 
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.001, momentum=0.9, target=0.999)
     run_dir = tmp_path / "run"
@@ -366,7 +366,7 @@ def test_a_diverging_run_goes_on_from_its_best_checkpoint_at_a_lower_rate(tmp_pa
     the run goes on from the diverged weights, or if the pause keeps the rate."""
     from functools import partial
 
-    from omnitune.probing.probe import retune
+    from omnitune.probing.pause import retune
 
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], workload=str(Path(__file__).parent / "workloads" /
                      "quadratic.py"), batch=8, lr=3.0, momentum=0.9, target=None, target_loss=2.0)

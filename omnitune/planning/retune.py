@@ -2,7 +2,7 @@
 the run pauses at a checkpoint, short probes from it compare learning rates (and, with
 asynchrony, momenta; where their step times are known, batches and protocols), and the run goes
 on with the winner. Pure: the probes are run by
-probing/probe.py, the pauses by runtime/job.py.
+probing/pause.py, the pauses by runtime/job.py.
 
 When: runtime/job.py pauses the run (`next_stop`): phases double, and re-tuning costs at
 most a tenth of the training time so far, so a short run is never paused.
@@ -11,7 +11,7 @@ What: the current learning rate and ×3, ÷3, ×10, ÷10 of it at the current mo
 read only where ×3 or ÷3 read better than the current rate: `further`); with
 asynchrony, the current rate at Omnivore's momenta as well; where the hardware model gives their
 step times, twice and half the batch at twice and half the rate (`candidates`). A batch is read
-after as many updates as fit in the current setting's time (probing/probe.py): the hardware
+after as many updates as fit in the current setting's time (probing/pause.py): the hardware
 efficiency is in the comparison. Its rate follows the batch (linear scaling, Goyal et al. 2017),
 so that the gradient's noise per sample stays and short-horizon bias (below) neither favours
 nor blocks it. Omnivore's other axis, the protocol on the same devices, is a candidate where a
@@ -215,9 +215,9 @@ def timed(step_s: StepTime, spec: RunSpec, seconds: dict[float, float]) -> StepT
     """The hardware model with the batch scales a pause timed in place of its ratios: a timed
     scale's step (`seconds[scale]`, seconds a step at that scale of the run's batch; 1.0 the run's
     own) is the model's at the run's batch times the timed ratio, so that figures of other shapes
-    stay on the model's footing; a scale the model does not price stays unpriced. teacher-mlp's
-    profile timed batch 256 at 48.6k samples a second, under batch 128's 49.0k; the runs trained
-    at about 41k at 128 and 53k at 256, and the goodput never grew a batch of 128 (CHANGELOG)."""
+    stay on the model's footing; a scale the model does not price stays unpriced. A profile's
+    curve, timed once apart from the run, can be a fifth off at a point: enough to hide the
+    goodput's gain (teacher-mlp, CHANGELOG)."""
     base, key = step_s(spec), lambda s: (tuple(sorted(s.batch_size.items())), s.variant, s.groups)
     by_shape = {key(scaled(spec, f)): s / seconds[1.0] for f, s in seconds.items()}
 

@@ -1,6 +1,7 @@
 """Probes: short real training of the workload in this process, by the protocol's own update
 rule on virtual workers (emulator.py). The test set is evaluated every few iterations; the
-curve gives iterations to target. Re-planning's probes start from a run's checkpoint.
+curve gives iterations to target. A re-tuning pause's readings start from a run's checkpoint
+(pause.py).
 
 Where a probe stops is kept (`Handoff`): a longer probe of the same configuration goes on from
 there, and `omnitune run` starts from the chosen configuration's (Omnivore's optimizer hands its
@@ -22,17 +23,14 @@ from omnitune.core.target import Target, of
 from omnitune.core import env
 from omnitune.core.plan import Plan
 from omnitune.core.runspec import RunSpec
-from omnitune.efficiency import goodput, statmodel
+from omnitune.efficiency import statmodel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
-from omnitune.planning import retune as retune_mod
 from omnitune.planning.budget import EVALS, probe_test_size
-from omnitune.planning.hardware import StepTime
 from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
-from omnitune.runtime import workload as workload_mod
 from omnitune.runtime import checkpoint
-from omnitune.runtime.flat import get_grads, num_params
-from omnitune.runtime.workload import Workload, batches, evaluate, first
+from omnitune.runtime import workload as workload_mod
+from omnitune.runtime.workload import Workload, evaluate, first
 
 
 @dataclass(frozen=True)
@@ -204,206 +202,7 @@ def warms_up(spec: RunSpec) -> bool:
     return workload_mod.load(spec.workload).recipe.warms_up
 
 
-RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, the same for all
-FORWARD_SHARE = 1 / 3       # an evaluation's forward pass costs about this share of a training step
-
-
 def probe_config(spec: RunSpec, lr: float, momentum: float) -> ProbeConfig:
     """What a probe of this run spec trains, at another lr and momentum."""
     return ProbeConfig(spec.variant, spec.group_batches, lr, momentum,
                        weight_decay=spec.weight_decay)
-
-
-def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting: retune_mod.Setting,
-                  batches: int, iters: int) -> retune_mod.Reading:
-    """One candidate at a pause: `iters` updates at `setting` from the checkpoint `state` with the
-    protocol's own emulation (data order `batches`), then its cool-down (retune.cooldown) at
-    COOL_RATE of its rate; the validation loss on `held` before and after the cool-down, and the
-    target's score after it."""
-    lr, momentum = setting[:2]
-    emu = emulator(wl, train, probe_config(retune_mod.shaped(spec, setting), lr, momentum), batches, state["model"],
-                   state["optimizer"], horizon=spec.horizon)
-    diverged = retune_mod.Reading(math.inf, math.inf, -math.inf)
-    for _ in range(iters):
-        if not math.isfinite(emu.step()):
-            return diverged
-    raw = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
-    emu.set_rate(lr * retune_mod.COOL_RATE)
-    for _ in range(retune_mod.cooldown(iters)):
-        if not math.isfinite(emu.step()):
-            return diverged
-    loss, accuracy = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[:2]
-    return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
-
-
-NOISE_DRAWS = 32            # minibatch gradients a pause's noise scale is measured on (goodput.noise_scale)
-
-
-def gradient_noise(wl: Workload, train, model_state: dict, batch: int, seed: int,
-                   draws: int = NOISE_DRAWS) -> tuple[float, float]:
-    """The gradient noise scale phi (samples) and |G|^2 of the model in `model_state`, from
-    `draws` gradients of `batch` samples each (goodput.noise_scale), in training mode, with no
-    update: the weights stay as they are."""
-    net = wl.build_model()
-    net.load_state_dict(model_state)
-    net.train()
-    data, grads = batches(train, batch, seed), []
-    for _ in range(draws):
-        x, y = next(data)
-        net.zero_grad(set_to_none=False)
-        wl.loss_fn(net(x), y).backward()
-        grads.append(get_grads(net, torch.empty(num_params(net))).numpy().astype(np.float64))
-    return goodput.noise_scale(np.stack(grads), batch)
-
-
-def grows(wl: Workload, spec: RunSpec, step_s: StepTime | None) -> bool:
-    """Whether a pause weighs a larger batch by its goodput: the hardware model prices the run's
-    batch and the recipe is SGD (AdaScale's rate is SGD's)."""
-    return step_s is not None and retune_mod.throughput(spec, step_s) is not None and wl.recipe.optimizer == "sgd"
-
-
-TIMED_ROUNDS, TIMED_STEPS = 3, 3     # a timed batch scale: rounds, each this many steps (after one to warm up)
-
-
-def timed_scales(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime) -> dict[float, float] | None:
-    """Seconds a step of the run's batch (1.0) and of each of retune.GROWTH's scales the model
-    prices, timed at the pause from the checkpoint on this process's CPU, in interleaved rounds
-    (the machine's drift falls on every scale alike), median of the rounds; None unless the run
-    is one CPU device (unslowed), whose loop this process's emulation is: on several devices the
-    emulation steps them one after another, and a GPU is not this CPU. The growth is then chosen
-    by the run's own loop at the run's own moment, not by a profile's curve taken apart from it."""
-    device = spec.devices[0]
-    if len(spec.devices) != 1 or device.kind != "cpu" or device.emulated_slowdown != 1.0:
-        return None
-    scales = [1.0] + [f for f in retune_mod.GROWTH if retune_mod.scaled(spec, f).batch_size != spec.batch_size
-                      and step_s(retune_mod.scaled(spec, f))]
-    if len(scales) == 1:
-        return None
-    emus = {f: emulator(wl, train, probe_config(retune_mod.scaled(spec, f), spec.lr, spec.momentum), spec.seed + 4,
-                        state["model"], state["optimizer"], horizon=spec.horizon) for f in scales}
-    threads, times = torch.get_num_threads(), {f: [] for f in scales}
-    torch.set_num_threads(device.threads)
-    try:
-        for emu in emus.values():
-            emu.step()
-        for _ in range(TIMED_ROUNDS):
-            for f, emu in emus.items():
-                began = time.perf_counter()
-                for _ in range(TIMED_STEPS):
-                    emu.step()
-                times[f].append((time.perf_counter() - began) / TIMED_STEPS)
-    finally:
-        torch.set_num_threads(threads)
-    return {f: float(np.median(t)) for f, t in times.items()}
-
-
-def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime | None) \
-        -> tuple[float | None, tuple[retune_mod.Setting, float] | None]:
-    """The gradient noise scale at the checkpoint, and the larger batch its goodput favours with
-    its gain (retune.grown); (None, None) where it weighs none (`grows`). Measured on the largest
-    group's batch."""
-    if not grows(wl, spec, step_s):
-        return None, None
-    phi = gradient_noise(wl, train, state["model"], max(sum(g) for g in spec.group_batches), spec.seed + 3)[0]
-    return phi, retune_mod.grown(spec, step_s, phi)
-
-
-def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
-    """What a pause's readings should cost before one was timed: each candidate a stalled run's
-    pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
-    of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
-    times or a third of it read better, counted here as not: retune.further) trains its
-    updates, cools down and is evaluated twice, and two of them are read again, at the run's
-    seconds per iteration for each device (the emulation steps every device's batch in this
-    process), and on one CPU device the larger batches' timing (`timed_scales`). A stall is
-    what pauses a run within its budget: taken
-    at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
-    and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
-    16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
-    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
-    goodput's reads were counted."""
-    tried = retune_mod.spec_candidates(spec, step_s)
-    tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
-    updates = iters * (1 + retune_mod.COOL_SHARE)
-    evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
-    # Where the hardware model prices the batch, the goodput's batch, read twice as a candidate of
-    # its own, and the noise scale's gradients (a step each, with no update).
-    priced = step_s is not None and retune_mod.throughput(spec, step_s) is not None
-    reads = len(tried) + 2 + (2 if priced else 0)
-    noise = NOISE_DRAWS if priced else 0
-    # One CPU device: each larger batch the goodput weighs is timed, at its multiple of the step.
-    timing = (1 + TIMED_ROUNDS * TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) \
-        if priced and len(spec.devices) == 1 and spec.devices[0].kind == "cpu" else 0
-    return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
-
-
-def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
-           step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
-    """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
-    settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
-    one whose current setting diverges from here; else none of a lower rate per sample; ten times
-    or a tenth of the rate only where three times or a third read better: retune.further)
-    are read at the pause (`pause_reading`, on the same batches) and
-    scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
-    samples; the current setting and the challenger (retune.challenger) are read again on other
-    batches, which measures the noise; the run switches only beyond it on both losses, to a lower
-    rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
-    `why` the run paused: "schedule", "stall" (stalled), "off pace" (stalled, and at its pace
-    the run misses its target within its time limit, so a challenger needs no margin) or
-    "divergence" (stalled, and the run's loss diverged at its current setting, so the best
-    reading wins, no margin asked).
-    With `step_s` (the hardware model), twice and half the batch are candidates too, and the
-    protocols it predicts faster, each read after the updates that fit in the time of `iters` of
-    the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
-    the checkpoint and the larger batch its goodput favours (retune.grown) is read and taken
-    unless its readings refuse it (retune.decide); on one CPU device, the step times of the
-    run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
-    model's ratios (retune.timed).
-    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
-    env.keep_freed_memory()
-    wl = workload_mod.load(spec.workload)
-    train, test = wl.build_datasets(spec.data_dir, spec.seed)
-    held = first(test, RETUNE_VALIDATION)
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    current = retune_mod.Setting(spec.lr, spec.momentum)
-    stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
-    seconds = timed_scales(wl, train, spec, state, step_s) if grows(wl, spec, step_s) else None
-    step_s = retune_mod.timed(step_s, spec, seconds) if seconds else step_s
-    every = retune_mod.spec_candidates(spec, step_s)
-    phi, growth = noise_and_growth(wl, train, spec, state, step_s)
-    bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
-    updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every + bigger}
-
-    def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
-        return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
-    # The current setting first: where it diverges from here, the pause reads as a stalled run's.
-    readings = {current: [read(current, spec.seed + 1)]}
-    stalled = stalled or not math.isfinite(readings[current][0].cooled)
-    skipped = []
-    for setting in dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger):
-        if retune_mod.further(setting, current, readings):     # a far rate only where the near one won
-            readings[setting] = [read(setting, spec.seed + 1)]
-        else:
-            skipped.append(setting)
-    rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
-    again = list(dict.fromkeys([current, *([rival] if rival else []), *bigger]))
-    for setting in again if len(again) > 1 else ():     # again, on other batches: the noise
-        readings[setting].append(read(setting, spec.seed + 2))
-    target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
-                                 growth[0] if growth else None)
-    new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
-    shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
-                       "protocol": s.variant.label}
-    return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
-                 "margin": decision.margin, "reason": decision.reason,
-                 "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
-                 "goodput_gain": growth[1] if growth else None,
-                 "timed_step_s": {str(f): t for f, t in seconds.items()} if seconds else None,
-                 "not_read": [{"lr": s.lr, "momentum": s.momentum} for s in skipped],
-                 "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
-                             "protocol": (s.variant or spec.variant).label, "updates": updates[s],
-                             "loss": float(np.mean([r.cooled for r in v])),
-                             "raw_loss": float(np.mean([r.raw for r in v])),
-                             "repeats": [r.cooled for r in v]}
-                            for s, v in readings.items()]}

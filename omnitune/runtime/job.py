@@ -117,7 +117,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
 
     The run starts where the plan's chosen probe stopped (its `start` checkpoint; the run's clock
     counts that probe's training), unless `options.from_scratch`. Given `replan` (the runtime does
-    no planning: api.run hands in probe.retune) and `options.retuning`, the run pauses to re-tune its
+    no planning: api.run hands in pause.retune) and `options.retuning`, the run pauses to re-tune its
     spec from a checkpoint at `next_stop` (or every `options.replan_every_s` seconds of training);
     a plan on several nodes is not re-tuned."""
     plan = plan_mod.load(plan_path)
