@@ -242,25 +242,3 @@ def test_no_calibration_protocol_starts_past_the_deadline(tmp_path):
                             tmp_path / "logs", progress=said.append)
     assert {c.layout for c in prof.calibration} == {"one-worker"} and len(prof.calibration) == 2
     assert any("left out past the deadline" in line for line in said)
-
-
-def test_each_layouts_first_protocol_at_its_largest_batch_is_timed_again_in_reverse_order():
-    """profile_worker.rechecks: the jobs that rank one layout against another run a second time,
-    the layouts in reverse order; fastest keeps the faster run of a job timed twice, and every
-    job timed once as it was."""
-    from omnitune.core.profile import Calibration
-    from omnitune.runtime.profile_worker import fastest, rechecks
-
-    cluster = local_cluster(cpu_count=2, cuda_count=0)
-    settings = Settings(calibrate_s=0.4, calibrate_batches=(16, 64, 256))
-    alone = [(name, s, None) for name, s in profiler.alone_specs(cluster, "one-per-core", "lenet-digits", None,
-                                                                   settings)]
-    measured = [("one-per-core", s, None) for s in
-                profiler.calibration_specs(cluster, "one-per-core", "lenet-digits", None, (16, 64, 256))]
-    again = rechecks(alone + measured)
-    assert [(name, s.variant.key, min(s.batch_size.values())) for name, s, _ in again] == [
-        ("one-per-core", "sync", 256), ("one-worker", "sync", 256)]
-    assert rechecks(alone) == [alone[-1]] and rechecks([]) == []
-    slow, fast = (Calibration("one-worker", "sync", 1, 256, t, (3,)) for t in (0.0062, 0.0045))
-    other = Calibration("one-worker", "sync", 1, 16, 0.001)
-    assert fastest([other, slow, fast]) == [other, fast] and fastest([fast, slow]) == [fast]

@@ -322,35 +322,6 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
     return out, left_out
 
 
-def rechecks(jobs: list[tuple[str, RunSpec, int | None]]) -> list[tuple[str, RunSpec, int | None]]:
-    """The jobs run a second time, after all the others: each layout's first protocol (sync,
-    where it has it) at its largest batch, the layouts in reverse order, so that no layout is
-    timed only at the profile's start, nor both times next to the same neighbour. These are the
-    jobs that rank one layout against another; a 0.4-s job times a moment of a shared machine.
-    teacher-mlp on two cores: one worker on both at batch 256 trains 1.03-1.41x the samples a
-    second of a worker per core (1-s jobs side by side, 5 pairs, median 1.23), yet two of four
-    profiles, timing each once, put the worker per core ahead (0.4-s jobs of the one worker at
-    4.3-6.2 ms an update, real runs 3.7-5.0), and 9 of their 10 plans chose it (CHANGELOG)."""
-    first: dict[str, tuple[str, RunSpec, int | None]] = {}
-    for layout, spec, nominal in jobs:
-        lead = first.setdefault(layout, (layout, spec, nominal))
-        if spec.variant.key == lead[1].variant.key and min(spec.batch_size.values()) > min(lead[1].batch_size.values()):
-            first[layout] = (layout, spec, nominal)
-    return list(reversed(first.values()))
-
-
-def fastest(calibrations: list[Calibration]) -> list[Calibration]:
-    """One calibration per job: where a job ran twice (`rechecks`), its faster run. A shared
-    machine only ever slows a job down, so the faster of two is the nearer to what the job costs
-    (as timeit takes the least of its repeats)."""
-    out: dict[tuple, Calibration] = {}
-    for c in calibrations:
-        key = replace(c, sec_per_iter=1.0, staleness=())
-        if key not in out or c.sec_per_iter < out[key].sec_per_iter:
-            out[key] = c
-    return list(out.values())
-
-
 def calibration_jobs(job: ProfileJob, measured: list) -> list[tuple[str, RunSpec, int | None]]:
     """Every calibration job (layout, spec, nominal batch where speed formed its groups or
     batches), each layout's batches cut to what its steps say fits `calibrate_s`, in the order
@@ -399,8 +370,6 @@ def main(job: ProfileJob) -> list[dict] | None:
         calibrating = time.perf_counter()
         calibration, left_out = calibrate(job, jobs, wl, train, test, store, seconds,
                                           job.settings.calibration_deadline_s)
-        ran = jobs[:len(jobs) - left_out]       # the deadline leaves out the jobs after it, and their rechecks
-        calibration = fastest(calibration + calibrate(job, rechecks(ran), wl, train, test, store, seconds)[0])
         if rank == 0:
             phases.update(calibration_s=time.perf_counter() - calibrating, calibration_jobs=len(jobs) - left_out,
                           calibration_job_s=seconds, calibration_left_out=left_out)
