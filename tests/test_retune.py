@@ -468,8 +468,8 @@ def test_a_pauses_first_cost_counts_its_readings_at_the_runs_step():
 
 def test_a_pause_on_one_cpu_counts_the_timing_of_its_batches():
     """pause.pause_cost_s on one CPU device, priced: its readings and the timing of the run's
-    batch and of two and four times it (pause.timed_scales: a warm-up step and its rounds, each
-    at its multiple of the run's step); a slowed device is not timed."""
+    batch and of two and four times it (pause.timed_scales: rounds of a warm-up step and the timed
+    ones, each at its multiple of the run's step); a slowed device is not timed."""
     from omnitune import planning
     from omnitune.core import profile
     from omnitune.probing.pause import NOISE_DRAWS, TIMED_ROUNDS, TIMED_STEPS, pause_cost_s
@@ -478,7 +478,7 @@ def test_a_pause_on_one_cpu_counts_the_timing_of_its_batches():
     step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
     one = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
     slowed = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9, slowdown={"cpu-all": 2.0})
-    timing = (1 + TIMED_ROUNDS * TIMED_STEPS) * (1 + 2 + 4) * 0.016
+    timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + 2 + 4) * 0.016
     assert pause_cost_s(one, 30, step_s, 0.016) == pytest.approx(pause_cost_s(slowed, 30, step_s, 0.016) + timing)
     assert pause_cost_s(slowed, 30, step_s, 0.016) == pytest.approx(pause_cost_s(one, 30, None, 0.016) * 9 / 5
                                                                      + NOISE_DRAWS * 0.016)
