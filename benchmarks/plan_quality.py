@@ -25,9 +25,11 @@ over S), beside the row's oracle configuration, and keeps the row's other figure
 The plan is omnitune's whole path with each seed: `plan` with that seed, then its run as
 `omnitune run` runs it: from where the chosen probe stopped, re-tuned during the run. That probe's
 training is counted in the run's time to target, not in planning: `planning_s` is the median of
-planning's wall time less the training it handed on. The run's pauses to re-tune (probes and
-restarts) are counted in its time too, and reported apart as `retune_frac` (over its training). The plans' band on iterations comes from a 30 s longer probe of
-the first seed's configuration (`plan --predict-s 30`), timed apart from planning. Writes
+planning's wall time less the training it handed on (`planning_overhead_frac` over the plan's
+time to target; `profile_planning_frac` counts the profile's seconds too). The run's pauses to
+re-tune (probes and restarts) are counted in its time too, and reported apart as `retune_frac`
+(over its training). The plans' band on iterations comes from a 30 s longer probe of the first
+seed's configuration (`plan --predict-s 30`), timed apart from planning. Writes
 benchmarks/results/plan_quality.json (plan_quality-quick.json with --quick).
 
 A row of a minutes-long workload takes hours (charlm-stdlib's, 5 seeds: about three). With
@@ -115,7 +117,10 @@ SCREEN_STOP = 1.5
 BEST_OF_GRID = 4
 PREDICT_S = 30.0          # the longer probe of the plan's configuration that gives its band
 # Issue 37: in-run tuning should beat every fixed configuration, not just match one (1.10 before it).
-GOALS = {"plan_over_oracle": 1.0, "default_over_plan": 2.0, "planning_overhead_frac": 0.10, "retune_frac": 0.10}
+# profile_planning_frac counts the profile too, as the issue's goal does; one profile serves every plan
+# of its machine and workload, so planning_overhead_frac, planning alone, is the cost of each plan.
+GOALS = {"plan_over_oracle": 1.0, "default_over_plan": 2.0, "planning_overhead_frac": 0.10,
+         "profile_planning_frac": 0.10, "retune_frac": 0.10}
 
 
 def grid(prof, bench: Bench, quick: bool) -> list[Config]:
@@ -330,6 +335,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         # the user's whole wait, planning's own cost included, against the grid's best run alone
         "plan_total_over_oracle": (planning_s + planned["median_s"]) / oracle["median_s"],
         "planning_overhead_frac": planning_s / planned["median_s"],
+        "profile_planning_frac": None if profile_s is None else (profile_s + planning_s) / planned["median_s"],
         # in-run tuning's pauses (probes and restarts) over the plan's training, median over runs
         "retune_frac": statistics.median(r.get("retune_s", 0.0) / max(r.get("train_s", r["time_s"]), 1e-9)
                                          for r in planned["runs"]),
@@ -548,7 +554,8 @@ def main() -> None:
             rows.sort(key=lambda r: list(WORKLOADS).index(r["name"]))
             write_results(results_name(args.quick)[:-5], {"version": 2, "quick": args.quick, "workloads": rows, "goals": GOALS})
     cols = ["name", "target", "plan_time_to_target_s", "oracle_time_to_target_s", "default_time_to_target_s",
-            "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "retune_frac", "default_over_plan",
+            "profile_s", "planning_s", "plan_over_oracle", "planning_overhead_frac", "profile_planning_frac",
+            "retune_frac", "default_over_plan",
             "repeats"] + (["small_planning_s", "small_over_plan", "small_total_over_plan_total"]
                           if any("small" in r for r in rows) else [])
     print_rows("plan quality (goals on minutes-long workloads: plan/oracle <= 1.0, default/plan >= 2, "

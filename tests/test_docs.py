@@ -69,3 +69,9 @@ def test_the_readmes_results_table_is_the_results_as_they_are():
 def test_the_results_table_goes_between_its_markers_only():
     text = f"before\n{summary.HEAD_START}\nold table\n{summary.HEAD_END}\nafter\n"
     assert summary.with_headline(text, "new") == f"before\n{summary.HEAD_START}\nnew\n{summary.HEAD_END}\nafter\n"
+
+
+def test_the_profile_and_planning_share_counts_both_over_the_plans_training():
+    row = {"profile_s": 15.0, "planning_s": 5.0, "plan_time_to_target_s": 80.0}
+    assert summary.get(row, "profile_planning_frac") == 0.25
+    assert summary.get({"planning_s": 5.0, "plan_time_to_target_s": 80.0}, "profile_planning_frac") is None
