@@ -28,6 +28,15 @@ def band_holds(band, measured: float | None) -> bool | None:
     return band[0] <= measured <= band[1]
 
 
+def profile_planning_frac(row: dict) -> float | None:
+    """(profile + planning) / the plan's time to target, of a plan_quality row; None where
+    the row lacks one of them (a profile kept from before its time was recorded)."""
+    try:
+        return (row["profile_s"] + row["planning_s"]) / row["plan_time_to_target_s"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
 def write_results(name: str, data: dict) -> Path:
     """benchmarks/results/NAME.json; NAME-quick.json for a --quick run's data, so that a quick run
     never replaces the full run's figures the README quotes. Adds `recorded`: the run's date, machine,
