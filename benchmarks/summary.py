@@ -62,7 +62,7 @@ PIVOTS = {"emulation": ("rows", ["variant", "learners", "lr_scaled_by_staleness"
 META = {"quick", "version", "schema_version", "date", "measured_at", "commit", "note", "notes", "recorded",
         "machine", "host", "cuda_device", "cuda_device_count", "cpu_count", "torch", "goal", "goals", "goals_met"}
 # The README's one table of results: plan_quality's plan against the oracle and the default.
-HEADLINE = ("plan_quality", "workloads", ["name", "plan_time_to_target_s", "oracle_time_to_target_s",
+HEADLINE = ("plan_quality", "workloads", ["name", "held_out", "plan_time_to_target_s", "oracle_time_to_target_s",
                                           "default_time_to_target_s", "default_reached", "plan_over_oracle",
                                           "default_over_plan", "planning_overhead_frac",
                                           "profile_planning_frac"])
