@@ -715,6 +715,33 @@ def test_ranked_by_loss_a_leader_measured_slower_trains_again_for_the_same_time_
     assert found.scored[0].config != leader.config
 
 
+class LossOnly:
+    """Probes that never reach the target: training loss 1.0 at lr 0.1, more a decade away, and
+    `label_loss` the prober's loss of predicting the labels' frequencies (None: not known)."""
+    def __init__(self, label_loss):
+        self.label_loss = label_loss
+
+    def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+        loss = 1.0 + abs(math.log10(cfg.lr / 0.1)) + 10.0 / max_iters
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters)
+
+
+@pytest.mark.parametrize("labels, guess", [(1.0, True), (1.5, False), (None, False)])
+def test_a_ranking_by_loss_whose_probes_never_got_below_the_labels_frequencies_is_a_guess(sample_profile, labels,
+                                                                                           guess):
+    """Probes whose training loss has not fallen 10% below the loss of predicting the training
+    labels' frequencies learned nothing from the inputs: the plan says its ranking is a guess.
+    A prober that does not know that loss never calls one."""
+    space = planning.Space(protocols=("sync",), layouts=("one-per-core",))
+    found = planning.search(sample_profile, space, LossOnly(labels))
+    assert found.ranked
+    assert found.planning.blind is guess and found.planning.label_loss == labels
+    if labels is not None:
+        best = min(s.probe.train_loss for s in found.scored if s.probe is not None)
+        assert (best > (1 - budget.LEARNED) * labels) is guess
+
+
 class DecayProber(FakeProber):
     """FakeProber whose iterations also grow with the distance (in decades) of the weight decay
     from `best` (None: the decay leaves them alone)."""

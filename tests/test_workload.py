@@ -180,3 +180,49 @@ def test_a_workload_that_does_not_ask_for_the_cache_is_built_every_time(tmp_path
     wl.build_datasets(None, 0)
     wl.build_datasets(None, 0)
     assert wl.module.BUILT == [0, 0] and wl.cache_path() is None
+
+
+LABELLED = """import torch
+from torch.utils.data import Dataset, TensorDataset
+def build_model():
+    return torch.nn.Linear(3, 4)
+class Listed(Dataset):
+    def __init__(self, y):
+        self.y = y
+    def __len__(self):
+        return len(self.y)
+    def __getitem__(self, i):
+        return torch.zeros(3), self.y[i]
+def build_datasets(data_dir, seed):
+    y = torch.tensor([0] * 60 + [1] * 30 + [3] * 10)      # frequencies 0.6, 0.3, 0, 0.1
+    return TensorDataset(torch.zeros(100, 3), y), Listed([int(v) for v in y])
+"""
+
+
+def test_the_label_loss_is_the_entropy_of_the_training_labels_frequencies(tmp_path):
+    """A model that predicts the labels' frequencies, and nothing from the inputs, has this loss:
+    cross-entropy at the frequencies' logits, on any kind of dataset."""
+    f = tmp_path / "labelled.py"
+    f.write_text(LABELLED)
+    wl = workload.load(str(f))
+    tensors, listed = wl.build_datasets(None, 0)
+    p = torch.tensor([0.6, 0.3, 0.0, 0.1])
+    logits = torch.log(p.clamp_min(1e-30)).expand(100, 4)
+    expected = float(torch.nn.functional.cross_entropy(logits, tensors.tensors[1]))
+    assert expected == pytest.approx(-(0.6 * np.log(0.6) + 0.3 * np.log(0.3) + 0.1 * np.log(0.1)))
+    assert workload.label_loss(wl, tensors) == pytest.approx(expected)
+    assert workload.label_loss(wl, listed) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("change, why", [
+    ("def loss_fn(out, y):\n    return ((out[:, 0] - y) ** 2).mean()\n", "its own loss"),
+    ("def build_datasets(data_dir, seed):\n    return (TensorDataset(torch.zeros(8, 3), torch.rand(8)),) * 2\n",
+     "float targets"),
+    ("def build_datasets(data_dir, seed):\n    return (TensorDataset(torch.zeros(8, 3), torch.zeros(8, 2).long()),) * 2\n",
+     "a label per position"),
+])
+def test_no_label_loss_where_the_labels_are_not_class_indices_of_the_default_loss(tmp_path, change, why):
+    f = tmp_path / "other.py"
+    f.write_text(LABELLED + change)
+    wl = workload.load(str(f))
+    assert workload.label_loss(wl, wl.build_datasets(None, 0)[0]) is None, why

@@ -155,6 +155,11 @@ def _render_plan(result, out_path: Path) -> None:
                   f"lowest training loss after equal training time (Omnivore's criterion; losses within "
                   f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
                   f"{final}); {when}")
+        if result.planning.blind:
+            out.print(f"a guess: no probe's training loss fell {planning.budget.LEARNED:.0%} below "
+                      f"{result.planning.label_loss:.3f}, the loss of predicting the training labels' frequencies, so "
+                      "the probes had not yet learned from the inputs and their ranking says little; the run "
+                      "re-tunes as it learns (unless --no-retune), and a larger --budget-s probes for longer")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
                   f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "

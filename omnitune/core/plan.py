@@ -75,6 +75,8 @@ class Planning:
     handed_on_s: float = 0.0         # of `seconds`, the chosen probe's training, which the run goes on from
     handed_on_iters: int = 0         # and its iterations
     finalists: int = 0               # leaders that trained on in a final round (ranked by loss)
+    label_loss: float | None = None  # the loss of predicting the training labels' frequencies (workload.label_loss)
+    blind: bool = False              # ranked by loss, and no probe's loss fell below it (ranking.blind)
 
     def __post_init__(self):
         if self.seconds < 0 or self.probes < 0 or self.budget_s < 0 or not 0 <= self.handed_on_s <= self.seconds:

@@ -16,8 +16,8 @@ from omnitune.planning import budget as budget_mod, order, study as study_mod
 from omnitune.planning.final import FINAL_GROWTH, final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
 from omnitune.planning.phases import Spending
-from omnitune.planning.probes import Prober, ProbeRunner, test_size
-from omnitune.planning.ranking import RANKED_BY_LOSS, RANKED_BY_TIME
+from omnitune.planning.probes import Prober, ProbeRunner, label_loss, test_size
+from omnitune.planning.ranking import RANKED_BY_LOSS, RANKED_BY_TIME, blind
 from omnitune.planning.setups import enumerate_setups
 from omnitune.planning.space import Scored, Space
 from omnitune.planning.timed import Timer, measure_leaders, time_fastest
@@ -75,5 +75,11 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     reason = b.reason if not finalists else \
         f"{b.reason}; then the {finalists} leaders trained on, up to {FINAL_GROWTH:g}× their probes' training time " \
         "within the budget"
+    labels = label_loss(prober)
+    guess = trials.phase.by_loss and blind(scored, labels)
+    if guess:
+        log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting "
+            "the training labels' frequencies: the ranking by loss is a guess")
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
-                                   RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists))
+                                   RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists,
+                                   label_loss=labels, blind=guess))

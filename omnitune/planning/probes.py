@@ -38,6 +38,17 @@ def test_size(prober: Prober) -> int:
     return prober.test_size if isinstance(prober, TestSized) else budget_mod.PROBE_TEST
 
 
+@runtime_checkable
+class Labelled(Protocol):
+    """A prober that knows the loss of predicting its training labels' frequencies
+    (workload.label_loss; None where that means nothing for the workload's loss)."""
+    label_loss: float | None
+
+
+def label_loss(prober: Prober) -> float | None:
+    return prober.label_loss if isinstance(prober, Labelled) else None
+
+
 def never(iteration: int, accuracy: float) -> bool:
     return False
 

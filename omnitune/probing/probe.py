@@ -162,6 +162,7 @@ def make_prober(wl: Workload, data_dir: str | None, target: Target | float, seed
                                             on_eval=on_eval, schedule=eval_schedule(max_iters, evals), start=start)
         return r
     prober.test_size = len(test)
+    prober.label_loss = workload_mod.label_loss(wl, train)     # what ranking by loss compares with
     prober.handoffs = {}             # each configuration's latest probe: where it stopped
     return prober
 
