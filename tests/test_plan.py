@@ -62,6 +62,28 @@ def test_bad_version_2_plans(tmp_path, mutate, needle):
     assert_refused(tmp_path, "plan-v2.json", mutate, needle)
 
 
+PLANNING = {"seconds": 5.0, "probes": 3, "budget_s": 6.0, "full": True, "reason": "a fixed budget"}   # as plans had it
+BY_LOSS = plan.RANKED_BY_LOSS
+
+
+def test_a_plan_whose_planning_predates_the_label_loss_loads(tmp_path):
+    data = json.loads((DATA / "plan-v2.json").read_text())
+    data["planning"] = dict(PLANNING)
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    loaded = plan.load(tmp_path / "plan.json").planning
+    assert loaded.label_loss is None and loaded.blind is False
+
+
+@pytest.mark.parametrize("planning, needle", [
+    ({**PLANNING, "label_loss": -0.5}, "label_loss must be a loss"),
+    ({**PLANNING, "ranked_by": BY_LOSS, "blind": True}, "blind needs a label_loss"),
+    ({**PLANNING, "label_loss": 2.3, "blind": True}, "blind needs a label_loss and a ranking by training loss"),
+])
+def test_a_planning_that_calls_its_ranking_a_guess_must_have_ranked_by_loss_against_a_label_loss(tmp_path, planning,
+                                                                                                needle):
+    assert_refused(tmp_path, "plan-v2.json", lambda d: d.update(planning=planning), needle)
+
+
 def assert_refused(tmp_path, sample: str, mutate, needle: str) -> None:
     data = json.loads((DATA / sample).read_text())
     mutate(data)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from omnitune.core.protocols import Gossip, Groups, SoftSync, Sync
@@ -111,3 +113,9 @@ def test_the_noise_scale_grows_as_a_model_learns_and_is_measured_without_an_upda
     later = gradient_noise(wl, train, state, 32, seed=1)[0]
     assert 0 < early < 300 and later > 3 * early
     assert all(torch.equal(state[k], v) for k, v in emu.checkpoint_state()["model"].items())
+
+
+def test_the_prober_knows_the_loss_of_predicting_the_labels_frequencies(digits):
+    """The digits' ten classes are about balanced: log(10)."""
+    wl, _, _ = digits
+    assert make_prober(wl, None, 0.95, seed=0).label_loss == pytest.approx(math.log(10), abs=0.01)

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 from omnitune.core.errors import UserError
 from omnitune.runtime import workload
@@ -212,6 +213,14 @@ def test_the_label_loss_is_the_entropy_of_the_training_labels_frequencies(tmp_pa
     assert expected == pytest.approx(-(0.6 * np.log(0.6) + 0.3 * np.log(0.3) + 0.1 * np.log(0.1)))
     assert workload.label_loss(wl, tensors) == pytest.approx(expected)
     assert workload.label_loss(wl, listed) == pytest.approx(expected)
+    labelled = TensorDataset(torch.zeros(4, 3), torch.tensor([2, -100, 2, 0]))    # cross-entropy skips -100
+    assert workload.label_loss(wl, labelled) == pytest.approx(-(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)))
+    assert workload.label_loss(wl, TensorDataset(torch.zeros(4, 3), torch.full((4,), 7))) == 0.0   # one class
+    assert workload.label_loss(wl, TensorDataset(torch.zeros(0, 3), torch.zeros(0).long())) is None
+    big = TensorDataset(torch.zeros(2, 3), torch.tensor([0, 2 ** 40]))              # counted, not binned
+    assert workload.label_loss(wl, big) == pytest.approx(np.log(2))
+    halves = type(listed)([0] * 500 + [1] * 500)                                     # 100 of them, drawn
+    assert workload.label_loss(wl, halves, samples=100) == pytest.approx(np.log(2), abs=0.02)
 
 
 @pytest.mark.parametrize("change, why", [
@@ -220,6 +229,11 @@ def test_the_label_loss_is_the_entropy_of_the_training_labels_frequencies(tmp_pa
      "float targets"),
     ("def build_datasets(data_dir, seed):\n    return (TensorDataset(torch.zeros(8, 3), torch.zeros(8, 2).long()),) * 2\n",
      "a label per position"),
+    ("def build_datasets(data_dir, seed):\n    return (TensorDataset(torch.zeros(8, 3), torch.arange(8) - 1),) * 2\n",
+     "a negative label"),
+    ("def build_datasets(data_dir, seed):\n    return (TensorDataset(torch.zeros(8, 3), torch.arange(8) > 3),) * 2\n",
+     "bool labels"),
+    ("def build_datasets(data_dir, seed):\n    return (Listed([[0, 1]] * 4 + [[1]] * 4),) * 2\n", "uneven labels"),
 ])
 def test_no_label_loss_where_the_labels_are_not_class_indices_of_the_default_loss(tmp_path, change, why):
     f = tmp_path / "other.py"

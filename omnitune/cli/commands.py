@@ -158,7 +158,7 @@ def _render_plan(result, out_path: Path) -> None:
         if result.planning.blind:
             out.print(f"a guess: no probe's training loss fell {planning.budget.LEARNED:.0%} below "
                       f"{result.planning.label_loss:.3f}, the loss of predicting the training labels' frequencies, so "
-                      "the probes had not yet learned from the inputs and their ranking says little; the run "
+                      "the probes had learned little from the inputs and their ranking says little; the run "
                       "re-tunes as it learns (unless --no-retune), and a larger --budget-s probes for longer")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "

@@ -7,6 +7,7 @@ fields beside the plan's) still load.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,10 @@ class Candidate:
         return self.variant.groups
 
 
+# How a search ranked configurations (planning/ranking.py): the plan records which.
+RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
+
+
 @dataclass(frozen=True)
 class Planning:
     """What planning spent, and the budget it planned within (budget.py)."""
@@ -71,17 +76,21 @@ class Planning:
     budget_s: float
     full: bool                       # False: the job was too small for a full search
     reason: str
-    ranked_by: str = "predicted time to target"   # or "training loss at equal training time"
+    ranked_by: str = RANKED_BY_TIME  # or RANKED_BY_LOSS
     handed_on_s: float = 0.0         # of `seconds`, the chosen probe's training, which the run goes on from
     handed_on_iters: int = 0         # and its iterations
     finalists: int = 0               # leaders that trained on in a final round (ranked by loss)
     label_loss: float | None = None  # the loss of predicting the training labels' frequencies (workload.label_loss)
-    blind: bool = False              # ranked by loss, and no probe's loss fell below it (ranking.blind)
+    blind: bool = False              # ranked by loss, and no probe's training loss fell 10% below it (ranking.blind)
 
     def __post_init__(self):
         if self.seconds < 0 or self.probes < 0 or self.budget_s < 0 or not 0 <= self.handed_on_s <= self.seconds:
             raise ValueError(f"planning: seconds, probes and budget must not be negative, nor the training handed "
                              f"on more than the seconds, got {self}")
+        if self.label_loss is not None and not (math.isfinite(self.label_loss) and self.label_loss >= 0):
+            raise ValueError(f"planning: label_loss must be a loss (finite, not negative) or null, got {self.label_loss}")
+        if self.blind and (self.label_loss is None or self.ranked_by != RANKED_BY_LOSS):
+            raise ValueError("planning: blind needs a label_loss and a ranking by training loss")
 
     @property
     def spent_s(self) -> float:

@@ -76,10 +76,16 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
         f"{b.reason}; then the {finalists} leaders trained on, up to {FINAL_GROWTH:g}× their probes' training time " \
         "within the budget"
     labels = label_loss(prober)
-    guess = trials.phase.by_loss and blind(scored, labels)
-    if guess:
-        log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting "
-            "the training labels' frequencies: the ranking by loss is a guess")
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
                                    RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists,
-                                   label_loss=labels, blind=guess))
+                                   label_loss=labels, blind=guessed(scored, trials.phase.by_loss, labels, log)))
+
+
+def guessed(scored: list[Scored], by_loss: bool, labels: float | None, log: Callable[[str], None]) -> bool:
+    """Whether a search ranked by loss ranked probes that learned little beyond the labels'
+    frequencies (ranking.blind), said in the log."""
+    if not (by_loss and blind(scored, labels)):
+        return False
+    log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting the "
+        "training labels' frequencies: the ranking by loss is a guess")
+    return True

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 import statistics
 
+from omnitune.core.plan import RANKED_BY_LOSS, RANKED_BY_TIME     # the plan records them; the planner reads them here
 from omnitune.efficiency.statmodel import ProbeResult
 from omnitune.planning.budget import LEARNED
 from omnitune.planning.space import Scored
 
-RANKED_BY_TIME, RANKED_BY_LOSS = "predicted time to target", "training loss at equal training time"
 # Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often
 # leads on loss, and falls behind over the long run. A loss above the best by less than this
 # fraction of both the best loss and the best's progress from the untrained loss is a tie, which
@@ -73,10 +73,10 @@ def ordered(scored: list[Scored], by_loss: bool) -> list[Scored]:
 def blind(scored: list[Scored], label_loss: float | None) -> bool:
     """Whether a ranking by training loss ranked noise: no probe's training loss fell LEARNED
     below `label_loss`, the loss of predicting the training labels' frequencies
-    (workload.label_loss). Such probes have learned the frequencies and nothing of the inputs,
-    and which of them is lowest says little of how their runs will go. The lowest probes of
-    gru-count's five searches read 2.83-2.96 at 20-74 iterations against its labels' 2.83, and
+    (workload.label_loss). Such probes have learned little beyond the frequencies, and which of
+    them is lowest says little of how their runs will go. The lowest probes of
+    gru-count's five searches read 2.83-2.96 at 20-74 iterations against its labels' 2.82, and
     its runs leave that loss after 400-1,000 iterations. False where `label_loss` is unknown."""
-    losses = [x.probe.train_loss for x in scored
-              if x.probe is not None and x.probe.train_loss is not None and math.isfinite(x.probe.train_loss)]
+    losses = [x.probe.train_loss for x in scored if x.probe is not None and x.probe.rankable
+              and x.probe.train_loss is not None and math.isfinite(x.probe.train_loss)]
     return label_loss is not None and bool(losses) and min(losses) > (1 - LEARNED) * label_loss
