@@ -59,8 +59,8 @@ def test_a_pause_reads_only_what_it_may_switch_to():
 def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, monkeypatch):
     """pause.retune reads the current setting first; where it diverges from the checkpoint, the
     pause reads the lower rates too, though the run was not stalled (a tenth of the rate because
-    a third reads finite, which is better), and goes on with one; ten times a rate whose three
-    times diverged is not read."""
+    a third reads finite, which is better), and goes on with one; no larger rate is read
+    (Omnivore's rule after a divergence: retune.below)."""
     import torch
 
     from omnitune.probing import pause
@@ -77,7 +77,38 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
     new, record = pause.retune(spec, ckpt, "schedule", iters=10)
-    assert read[0] == 0.1 and set(read) == {0.1, 0.3, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
+    assert read[0] == 0.1 and set(read) == {0.1, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
+
+
+def test_a_diverged_runs_pause_reads_no_larger_rate_and_weighs_no_growth(tmp_path, monkeypatch):
+    """A run whose loss diverged at lr 0.1 pauses (why "divergence"): its pause reads the current
+    rate again from the checkpoint and the lower ones, and neither three times the rate, nor twice
+    the batch at twice the rate, nor the goodput's batch (so no noise scale nor timing either)."""
+    import torch
+
+    from omnitune.probing import pause
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
+    read, weighed = [], []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters):
+        read.append((setting.lr, setting.batch))
+        return Reading(1.0 + abs(math.log10(setting.lr / 0.03)), 1.0 + abs(math.log10(setting.lr / 0.03)), 0.0)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "noise_and_growth", lambda *a: weighed.append(a) or (50.0, None))
+    monkeypatch.setattr(pause, "timed_scales", lambda *a: weighed.append(a) or None)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    step_s = calibrated_step_s()
+    assert {s.batch for s in retune.spec_candidates(spec, step_s)} == {0.5, 1.0, 2.0}     # twice the batch: a candidate
+    new, record = pause.retune(spec, ckpt, "divergence", iters=10, step_s=step_s)
+    assert read[0] == (0.1, 1.0) and max(lr for lr, _ in read) == 0.1 and (0.0333, 1.0) in read    # 0.1: again, the noise
+    assert (0.05, 0.5) in read and not weighed
+    assert new.lr == 0.0333 and record["switched"]
+    pause.retune(spec, ckpt, "schedule", iters=10, step_s=step_s)
+    assert weighed        # the fakes stand where a pause calls them
 
 
 def readings(*pairs, score: float = 0.0) -> list[Reading]:

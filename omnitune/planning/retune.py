@@ -43,7 +43,8 @@ cool-down reaches the target; otherwise it may raise it. A stall lowers it one s
 a third at most (`lowest`): an early stall read a tenth as better and left a run short.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
-prices: 6 readings, the repeats counted and ×10 passed over, not 9).
+prices: 6 readings, the repeats counted and ×10 passed over, not 9). One whose current setting
+diverged reads none of a larger rate and momentum (`below`, Omnivore's rule).
 
 The batch also grows by its goodput (`grown`, efficiency/goodput.py), as Pollux re-sizes
 batches: the gradient noise scale, measured at the pause, grows as the loss falls, and where two
@@ -131,6 +132,18 @@ def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     if stalled:
         return settings
     return [c for c in settings if c.noise >= settings[0].noise * (1 - ROUNDING)]
+
+
+def below(settings: list[Setting], current: Setting) -> list[Setting]:
+    """The `settings` a pause reads once `current` diverged (in the run, or from the checkpoint):
+    none whose learning rate and momentum are both at least its own, as Omnivore's optimizer
+    skips them after a divergence (Hadjis et al. 2016). The larger rates, twice the batch at twice
+    the rate and the goodput's batch at AdaScale's rate among them: at gru-count's six divergence
+    pauses recorded (2026-11-28/29) three times the rate and twice the batch read the worst cooled
+    losses of all (1.9-3.4 against 0.46-1.2), and a diverged setting's pause takes the best cooled
+    reading (`decide`)."""
+    return [s for s in settings
+            if not (s.lr >= current.lr * (1 - ROUNDING) and s.momentum >= current.momentum)]
 
 
 def further(setting: Setting, current: Setting, readings: dict[Setting, list[Reading]]) -> bool:

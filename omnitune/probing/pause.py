@@ -191,26 +191,32 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
     stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
-    seconds = timed_scales(wl, train, spec, state, step_s) if grows(wl, spec, step_s) else None
+    # A diverged setting's pause takes the best reading (retune.decide): the goodput's growth,
+    # which needs the step times and the noise scale, is no candidate there.
+    seconds = timed_scales(wl, train, spec, state, step_s) if grows(wl, spec, step_s) and not diverged else None
     step_s = retune_mod.timed(step_s, spec, seconds) if seconds else step_s
     every = retune_mod.spec_candidates(spec, step_s)
-    phi, growth = noise_and_growth(wl, train, spec, state, step_s)
+    phi, growth = noise_and_growth(wl, train, spec, state, step_s) if not diverged else (None, None)
     bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
     updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every + bigger}
 
     def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
         return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
-    # The current setting first: where it diverges from here, the pause reads as a stalled run's.
+    # The current setting first: where it diverges from here, the pause reads as a stalled run's,
+    # and neither such a pause nor a diverged run's reads a larger rate (retune.below).
     readings = {current: [read(current, spec.seed + 1)]}
     stalled = stalled or not math.isfinite(readings[current][0].cooled)
+    rest = retune_mod.readable(every, stalled)[1:] + bigger
+    if diverged or not math.isfinite(readings[current][0].cooled):
+        rest = retune_mod.below(rest, current)
     skipped = []
-    for setting in dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger):
+    for setting in dict.fromkeys(rest):
         if retune_mod.further(setting, current, readings):     # a far rate only where the near one won
             readings[setting] = [read(setting, spec.seed + 1)]
         else:
             skipped.append(setting)
     rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
-    again = list(dict.fromkeys([current, *([rival] if rival else []), *bigger]))
+    again = list(dict.fromkeys([current, *([rival] if rival else []), *(b for b in bigger if b in readings)]))
     for setting in again if len(again) > 1 else ():     # again, on other batches: the noise
         readings[setting].append(read(setting, spec.seed + 2))
     target = spec.target.score if spec.target else math.inf
