@@ -138,10 +138,10 @@ def below(settings: list[Setting], current: Setting) -> list[Setting]:
     """The `settings` a pause reads once `current` diverged (in the run, or from the checkpoint):
     none whose learning rate and momentum are both at least its own, as Omnivore's optimizer
     skips them after a divergence (Hadjis et al. 2016). The larger rates, twice the batch at twice
-    the rate and the goodput's batch at AdaScale's rate among them: at gru-count's six divergence
-    pauses recorded (2026-11-28/29) three times the rate and twice the batch read the worst cooled
-    losses of all (1.9-3.4 against 0.46-1.2), and a diverged setting's pause takes the best cooled
-    reading (`decide`)."""
+    the rate and the goodput's batch at AdaScale's rate among them. At gru-count's six divergence
+    pauses recorded (2026-11-28/29) neither three times the rate (the worst cooled reading in all
+    six) nor twice the batch was ever the best reading, which a diverged setting's pause takes
+    (`decide`)."""
     return [s for s in settings
             if not (s.lr >= current.lr * (1 - ROUNDING) and s.momentum >= current.momentum)]
 
