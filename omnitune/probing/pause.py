@@ -205,9 +205,10 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     # The current setting first: where it diverges from here, the pause reads as a stalled run's,
     # and neither such a pause nor a diverged run's reads a larger rate (retune.below).
     readings = {current: [read(current, spec.seed + 1)]}
-    stalled = stalled or not math.isfinite(readings[current][0].cooled)
+    diverges = diverged or not math.isfinite(readings[current][0].cooled)
+    stalled = stalled or diverges
     rest = retune_mod.readable(every, stalled)[1:] + bigger
-    if diverged or not math.isfinite(readings[current][0].cooled):
+    if diverges:
         rest = retune_mod.below(rest, current)
     skipped = []
     for setting in dict.fromkeys(rest):
