@@ -184,11 +184,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def study_storage(plan_path: str | Path) -> str:
-    """Probes are kept in SQLite beside the plan, so an interrupted `plan` resumes where it stopped."""
+def study_storage(plan_path: str | Path) -> Path:
+    """Probes are kept in a journal beside the plan (PLAN.study.jsonl), so an interrupted `plan`
+    resumes where it stopped."""
     plan_path = Path(plan_path)
     plan_path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{plan_path.with_suffix('.study.db')}"
+    return plan_path.with_suffix(".study.jsonl")
 
 
 __all__ = ["PlanRequest", "RunOptions", "UserError", "plan", "profile", "run"]

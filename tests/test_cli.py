@@ -206,7 +206,7 @@ def test_whole_path_profile_plan_run(tmp_path):
         r = runner.invoke(app, ["report", str(target)])
         assert r.exit_code == 0, r.output
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plan.with_suffix(".study.db").is_file()       # the probes, kept for a resumed `plan`
+    assert plan.with_suffix(".study.jsonl").is_file()       # the probes, kept for a resumed `plan`
 
 
 def test_run_names_a_missing_start_checkpoint(tmp_path):

@@ -207,7 +207,7 @@ def test_a_ladder_stops_when_samples_per_second_do_not_improve(sample_profile):
 
 
 def test_interrupted_search_resumes_from_storage(sample_profile, tmp_path):
-    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    storage = tmp_path / "study.jsonl"
     first = FakeProber()
     a = planning.search(sample_profile, planning.Space(), first, budget_s=600, study=new_study(storage, "s")).scored
     again = FakeProber()

@@ -4,17 +4,28 @@ same predicted training time. The optimizer never hands optuna its loop."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omnitune.core.files import from_dict, to_dict
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 
 NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
 
 
-def new_study(storage: str | None = None, name: str = "omnitune"):
-    """An optuna study for probes: minimise predicted time, median pruning at equal training time."""
+def new_study(storage: str | Path | None = None, name: str = "omnitune"):
+    """An optuna study for probes: minimise predicted time, median pruning at equal training time.
+    `storage`: a file, optuna's journal of the study (a JSON line per change), from which an
+    interrupted search reads its probes back; an optuna storage URL; or None, in memory. A
+    journal opens at once, where SQLite took about a second of each `omnitune plan` and 25 ms
+    a probe."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if isinstance(storage, Path):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        storage = JournalStorage(JournalFileBackend(str(storage)))
     pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
     return optuna.create_study(storage=storage, study_name=name, direction="minimize", pruner=pruner,
                                load_if_exists=True)
