@@ -27,8 +27,8 @@ docs: $(STAMP)
 	$(BIN)/python -m benchmarks.docs
 
 demo: $(STAMP)
-	$(BIN)/omnitune profile --workload lenet-digits --out profiles/demo.json
-	$(BIN)/omnitune plan --profile profiles/demo.json --workload lenet-digits --target-accuracy 0.97 --out $(DEMO)/plan.json
+	$(BIN)/omnitune profile --workload teacher-mlp --out profiles/demo.json
+	$(BIN)/omnitune plan --profile profiles/demo.json --workload teacher-mlp --target-accuracy 0.95 --out $(DEMO)/plan.json
 	$(BIN)/omnitune run $(DEMO)/plan.json --out-dir $(DEMO)
 	@echo "Results: profiles/demo.json, $(DEMO)/plan.json, $(DEMO)/summary.json, $(DEMO)/metrics.jsonl"
 

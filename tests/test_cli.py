@@ -351,3 +351,25 @@ def test_the_reports_tuning_panel_marks_a_pause_that_changed_the_batch():
     plot_tuning(ax, pauses, plan, 120.0)
     assert [t.get_text() for t in ax.texts] == ["batch 64"]
     plt.close(fig)
+
+
+def test_the_run_says_what_its_eta_said_at_a_quarter_of_the_run(tmp_path):
+    from types import SimpleNamespace
+
+    from omnitune.cli.commands import _eta_recap
+
+    def estimate(train_s, eta_s, band=(1.0, 2.0)):
+        return {"train_s": train_s, "iteration": int(train_s * 100), "accuracy": 0.5, "eta_s": eta_s,
+                "band_s": list(band) if band else None, "note": ""}
+    reached = SimpleNamespace(reached_target=True, time_to_target_s=40.0)
+    assert _eta_recap(tmp_path, reached) is None                     # no eta.jsonl: a run too short for one
+    lines = [estimate(2.0, None, None), estimate(4.0, 30.0, (15.0, 60.0)), estimate(9.0, 25.0, (12.0, 50.0)),
+             estimate(12.0, 30.0), estimate(40.0, 0.0, (0.0, 0.0))]
+    (tmp_path / "eta.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    text = _eta_recap(tmp_path, reached)
+    assert "at 9.0s of training put the target at 34s (band 21–59s); it came at 40.0s" in text    # last by 10 s
+    early = SimpleNamespace(reached_target=True, time_to_target_s=8.0)
+    assert "at 4.0s of training" in _eta_recap(tmp_path, early)     # none by 2 s: the first estimate
+    assert _eta_recap(tmp_path, SimpleNamespace(reached_target=False, time_to_target_s=None)) is None
+    (tmp_path / "eta.jsonl").write_text(json.dumps(estimate(40.0, 0.0)) + "\n")
+    assert _eta_recap(tmp_path, reached) is None                     # only "reached": nothing it foretold

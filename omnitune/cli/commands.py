@@ -287,6 +287,27 @@ def run(
     _render_summary(summary, plan_path, out_dir, node_rank)
 
 
+def _eta_recap(out_dir: Path, summary) -> str | None:
+    """What the live ETA (eta.jsonl) said at about a quarter of the run, its last estimate by then
+    (else its first), beside when the target came; None where the run missed its target or the
+    ETA never estimated it (a run of a second or two ends before its first look)."""
+    if not summary.reached_target or summary.time_to_target_s is None:
+        return None
+    try:
+        lines = [json.loads(x) for x in (out_dir / "eta.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError):
+        return None
+    estimates = [e for e in lines if e.get("eta_s")]       # not "reached" (0), nor no estimate (None)
+    if not estimates:
+        return None
+    quarter = 0.25 * summary.time_to_target_s
+    e = max((x for x in estimates if x["train_s"] <= quarter), key=lambda x: x["train_s"], default=estimates[0])
+    at = e["train_s"] + e["eta_s"]
+    band = f" (band {e['train_s'] + e['band_s'][0]:.0f}–{e['train_s'] + e['band_s'][1]:.0f}s)" if e.get("band_s") else ""
+    return (f"the ETA at {e['train_s']:.1f}s of training put the target at {at:.0f}s{band}; it came at "
+            f"{summary.time_to_target_s:.1f}s (eta.jsonl; `omnitune report {out_dir}` plots every estimate)")
+
+
 def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | None) -> None:
     if summary is None:
         from omnitune.core import plan as plan_mod
@@ -310,6 +331,9 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     out.print(f"{verdict} {target} in "
               f"{summary.iterations} iterations with {summary.processes} processes; updates per group "
               f"{list(summary.updates_per_group)}; results in {out_dir}")
+    recap = _eta_recap(out_dir, summary)
+    if recap:
+        out.print(recap)
     if summary.planning_s is not None:
         out.print(f"planning took {summary.planning_s:.1f}s ({summary.planning_probes} probes) before this run")
     if summary.started_at_s:
