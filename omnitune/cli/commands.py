@@ -297,7 +297,8 @@ def _eta_recap(out_dir: Path, summary) -> str | None:
         lines = [json.loads(x) for x in (out_dir / "eta.jsonl").read_text().splitlines() if x.strip()]
     except (OSError, ValueError):
         return None
-    estimates = [e for e in lines if e.get("eta_s")]       # not "reached" (0), nor no estimate (None)
+    estimates = [e for e in lines if isinstance(e, dict) and isinstance(e.get("train_s"), (int, float))
+                 and e.get("eta_s")]        # not "reached" (0), nor no estimate (None)
     if not estimates:
         return None
     quarter = 0.25 * summary.time_to_target_s
