@@ -795,3 +795,40 @@ def test_a_pause_times_its_batches_on_one_cpu_device_only():
     slowed = make_spec("sync", [["cpu-all"]], batch=16, slowdown={"cpu-all": 2.0})
     assert pause.timed_scales(wl, train, slowed, state, step_s) is None
     assert pause.timed_scales(wl, train, spec, state, lambda s: step_s(s) if s == spec else None) is None
+
+
+def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has(tmp_path, monkeypatch):
+    """pause.pause_cost_s for a run that is not SGD weighs no goodput (no reads of its batch, no
+    noise scale, no timing: pause.grows), and its evaluations are of the validation samples there
+    are (pause.validation_size: the cached test set, where it holds fewer than RETUNE_VALIDATION).
+    charlm-stdlib (AdamW, 128 test sequences) was estimated at 49.7 s and its pauses took 11.7-14.5."""
+    from omnitune import planning
+    from omnitune.core import profile
+    from omnitune.probing.pause import (FORWARD_SHARE, NOISE_DRAWS, RETUNE_VALIDATION, TIMED_ROUNDS, TIMED_STEPS,
+                                        pause_cost_s, validation_size)
+    from omnitune.runtime import workload
+    from tests.conftest import DATA, make_spec
+
+    step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
+    one = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
+    # its 5 candidates (3 rates, 2 priced batches) and 2 repeats: no goodput's batch, noise or timing
+    adamw = pause_cost_s(one, 30, step_s, 0.016, sgd=False)
+    assert adamw == pytest.approx(pause_cost_s(one, 30, None, 0.016) * 7 / 5)
+    assert pause_cost_s(one, 30, step_s, 0.016) == pytest.approx(
+        adamw * 9 / 7 + NOISE_DRAWS * 0.016 + TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + 2 + 4) * 0.016)
+    full, small = pause_cost_s(one, 30, None, 0.016), pause_cost_s(one, 30, None, 0.016, validation=128)
+    reads = 3 + 2                               # the rates near and the batches left unpriced: as above
+    saved = reads * 2 * (RETUNE_VALIDATION - 128) / 16 * FORWARD_SHARE * 0.016
+    assert full - small == pytest.approx(saved) and saved > 0
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.py"
+    path.write_text("import torch\nfrom torch.utils.data import TensorDataset\nCACHE_DATASETS = True\n"
+                    "def build_model():\n    return torch.nn.Linear(2, 2)\n"
+                    "def build_datasets(data_dir, seed):\n"
+                    "    return (TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)),\n"
+                    "            TensorDataset(torch.zeros(40, 2), torch.zeros(40, dtype=torch.long)))\n")
+    wl = workload.load(str(path))
+    assert validation_size(wl, None) == RETUNE_VALIDATION          # not built yet: no cost to count them
+    wl.build_datasets(None, 0)                                      # now in the cache
+    assert validation_size(wl, None) == 40
+    assert validation_size(wl, str(tmp_path)) == RETUNE_VALIDATION  # a data dir: never from the cache

@@ -132,7 +132,8 @@ def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: St
     return phi, retune_mod.grown(spec, step_s, phi)
 
 
-def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float) -> float:
+def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float,
+                 sgd: bool = True, validation: int = RETUNE_VALIDATION) -> float:
     """What a pause's readings should cost before one was timed: each candidate a stalled run's
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
     of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
@@ -145,20 +146,33 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
     schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
-    goodput's reads were counted."""
+    goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
+    for `sgd` (`grows`), and the evaluations are of `validation` samples (`validation_size`):
+    charlm-stdlib (AdamW, 128 test sequences) was estimated at 49.7 s a pause, and its pauses
+    took 11.7 s on the schedule and 14.5 s stalled (2026-11-29)."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
     updates = iters * (1 + retune_mod.COOL_SHARE)
-    evaluations = 2 * RETUNE_VALIDATION / sum(spec.batch_size.values()) * FORWARD_SHARE
-    # Where the hardware model prices the batch, the goodput's batch, read twice as a candidate of
-    # its own, and the noise scale's gradients (a step each, with no update).
-    priced = step_s is not None and retune_mod.throughput(spec, step_s) is not None
+    evaluations = 2 * min(validation, RETUNE_VALIDATION) / sum(spec.batch_size.values()) * FORWARD_SHARE
+    # Where the hardware model prices the batch of an SGD run, the goodput's batch, read twice as a
+    # candidate of its own, and the noise scale's gradients (a step each, with no update).
+    priced = sgd and step_s is not None and retune_mod.throughput(spec, step_s) is not None
     reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
     # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at
     # its multiple of the run's step.
     timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) if priced and timeable(spec) else 0
     return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
+
+
+def validation_size(wl: Workload, data_dir: str | None) -> int:
+    """How many test samples a pause scores its candidates on: RETUNE_VALIDATION, or the whole
+    test set where it is smaller and omnitune's dataset cache holds it (else building the datasets
+    before the run, only to count them, could cost seconds: the estimate then takes the most)."""
+    path = wl.cache_path() if data_dir is None else None
+    if path is None or not path.is_file():
+        return RETUNE_VALIDATION
+    return min(RETUNE_VALIDATION, len(wl.build_datasets(None, 0)[1]))
 
 
 def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
