@@ -155,10 +155,11 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     if priced and step_s is None and not plan.simulated_cluster:
         notice(f"the plan's profile {plan.profile} is not at hand (beside the plan, or as given) or cannot be "
                "read: the run's pauses compare rates and momenta only, not batches or protocols")
-    wl = wl_mod.load(plan.spec.workload)
+    # What the pause will weigh and read (a simulated fleet's plan does not run here: job.run says so).
+    wl = None if plan.simulated_cluster else wl_mod.load(plan.spec.workload)
+    validation = pause.validation_size(wl, plan.spec.data_dir) if wl else pause.RETUNE_VALIDATION
     return (partial(pause.retune, iters=iters, step_s=step_s),
-            pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl.recipe.optimizer == "sgd",
-                               pause.validation_size(wl, plan.spec.data_dir)))
+            pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl, validation))
 
 
 def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:

@@ -116,3 +116,37 @@ def test_a_plan_names_its_profile_from_its_own_folder_so_a_run_from_anywhere_pri
     monkeypatch.chdir(tmp_path / "elsewhere")
     step_s = api.pause_step_s(plan_mod.load(tmp_path / "plans" / "x.json"), tmp_path / "plans" / "x.json")
     assert step_s is not None and step_s(plan.spec) > 0
+
+
+def test_a_runs_first_pause_is_priced_by_what_its_workload_reads(tmp_path, monkeypatch):
+    """api.retuner hands the runtime the first pause's estimate of the plan's own workload: an
+    AdamW recipe weighs no goodput (no reads of its batch, noise scale or timing) and a test set
+    of 40 cached samples is all its candidates are scored on. Fails if the estimate takes SGD or
+    512 samples whatever the workload."""
+    from dataclasses import replace
+
+    from omnitune import api
+    from omnitune.core import plan as plan_mod, profile
+    from omnitune.planning import hardware
+    from omnitune.probing.pause import pause_cost_s
+    from omnitune.runtime import workload
+    from tests.conftest import DATA
+
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.py"
+    path.write_text("import torch\nfrom torch.utils.data import TensorDataset\nCACHE_DATASETS = True\n"
+                    "RECIPE = {'optimizer': 'adamw'}\n"
+                    "def build_model():\n    return torch.nn.Linear(2, 2)\n"
+                    "def build_datasets(data_dir, seed):\n"
+                    "    return (TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)),\n"
+                    "            TensorDataset(torch.zeros(40, 2), torch.zeros(40, dtype=torch.long)))\n")
+    wl = workload.load(str(path))
+    wl.build_datasets(None, 0)                                      # in the cache, as after a profile
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    plan = replace(plan, spec=replace(plan.spec, workload=str(path)))
+    plan_mod.save(plan, tmp_path / "plan.json")
+    _, cost = api.retuner(tmp_path / "plan.json", 30)
+    step_s = hardware.spec_step_s(profile.load(DATA / "profile-v1.json"), plan.layout)
+    sec = plan.prediction.sec_per_iter
+    assert cost == pytest.approx(pause_cost_s(plan.spec, 30, step_s, sec, wl, 40))
+    assert cost < pause_cost_s(plan.spec, 30, step_s, sec, None, 40) < pause_cost_s(plan.spec, 30, step_s, sec)

@@ -373,3 +373,5 @@ def test_the_run_says_what_its_eta_said_at_a_quarter_of_the_run(tmp_path):
     assert _eta_recap(tmp_path, SimpleNamespace(reached_target=False, time_to_target_s=None)) is None
     (tmp_path / "eta.jsonl").write_text(json.dumps(estimate(40.0, 0.0)) + "\n")
     assert _eta_recap(tmp_path, reached) is None                     # only "reached": nothing it foretold
+    (tmp_path / "eta.jsonl").write_text(json.dumps(estimate(9.0, 25.0, (12.0, None))) + "\n{cut off")
+    assert _eta_recap(tmp_path, reached).startswith("the ETA at 9.0s of training put the target at 34s; it came")

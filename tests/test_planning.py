@@ -216,6 +216,29 @@ def test_interrupted_search_resumes_from_storage(sample_profile, tmp_path):
     assert [(s.config, s.iters) for s in a] == [(s.config, s.iters) for s in b]
 
 
+def test_a_journal_cut_off_mid_line_resumes_and_an_unreadable_one_says_so(sample_profile, tmp_path):
+    """study.new_study: a `plan` killed as it wrote leaves half a line, which the next change
+    would join and make the whole journal unreadable; it is dropped, and the search resumes from
+    the rest. A journal that cannot be read is a one-line error naming it, not a traceback."""
+    from omnitune.core.errors import UserError
+
+    storage = tmp_path / "study.jsonl"
+    first = FakeProber()
+    planning.search(sample_profile, planning.Space(), first, budget_s=600, study=new_study(storage, "s"))
+    with open(storage, "ab") as f:
+        f.write(b'{"op_code": 5, "worker_id": "x", "trial_id')
+    other = FakeProber()        # another request's study in the same journal: it writes after the cut
+    planning.search(sample_profile, planning.Space(), other, budget_s=600, study=new_study(storage, "t"))
+    for name in ("s", "t"):
+        again = FakeProber()
+        planning.search(sample_profile, planning.Space(), again, budget_s=600, study=new_study(storage, name))
+        assert not again.calls                      # every probe came back from the journal
+    assert first.calls and other.calls
+    storage.write_text("this is not a journal\n")
+    with pytest.raises(UserError, match="study.jsonl: the plan's study journal cannot be read"):
+        new_study(storage, "s")
+
+
 def test_budget_stops_probing(sample_profile):
     prober = FakeProber()
     scored = planning.search(sample_profile, planning.Space(), prober, budget_s=0.0).scored

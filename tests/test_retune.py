@@ -800,8 +800,9 @@ def test_a_pause_times_its_batches_on_one_cpu_device_only():
 def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has(tmp_path, monkeypatch):
     """pause.pause_cost_s for a run that is not SGD weighs no goodput (no reads of its batch, no
     noise scale, no timing: pause.grows), and its evaluations are of the validation samples there
-    are (pause.validation_size: the cached test set, where it holds fewer than RETUNE_VALIDATION).
-    charlm-stdlib (AdamW, 128 test sequences) was estimated at 49.7 s and its pauses took 11.7-14.5."""
+    are (pause.validation_size: the cached test set, where it holds fewer than RETUNE_VALIDATION)."""
+    from types import SimpleNamespace
+
     from omnitune import planning
     from omnitune.core import profile
     from omnitune.probing.pause import (FORWARD_SHARE, NOISE_DRAWS, RETUNE_VALIDATION, TIMED_ROUNDS, TIMED_STEPS,
@@ -812,7 +813,7 @@ def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has
     step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
     one = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
     # its 5 candidates (3 rates, 2 priced batches) and 2 repeats: no goodput's batch, noise or timing
-    adamw = pause_cost_s(one, 30, step_s, 0.016, sgd=False)
+    adamw = pause_cost_s(one, 30, step_s, 0.016, SimpleNamespace(recipe=SimpleNamespace(optimizer="adamw")))
     assert adamw == pytest.approx(pause_cost_s(one, 30, None, 0.016) * 7 / 5)
     assert pause_cost_s(one, 30, step_s, 0.016) == pytest.approx(
         adamw * 9 / 7 + NOISE_DRAWS * 0.016 + TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + 2 + 4) * 0.016)
@@ -832,3 +833,5 @@ def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has
     wl.build_datasets(None, 0)                                      # now in the cache
     assert validation_size(wl, None) == 40
     assert validation_size(wl, str(tmp_path)) == RETUNE_VALIDATION  # a data dir: never from the cache
+    wl.cache_path().write_bytes(b"not a cache file")
+    assert validation_size(wl, None) == RETUNE_VALIDATION          # unreadable: the most, no rebuild

@@ -288,25 +288,29 @@ def run(
 
 
 def _eta_recap(out_dir: Path, summary) -> str | None:
-    """What the live ETA (eta.jsonl) said at about a quarter of the run, its last estimate by then
-    (else its first), beside when the target came; None where the run missed its target or the
-    ETA never estimated it (a run of a second or two ends before its first look)."""
+    """What the live ETA said at about a quarter of the run (eta.at_a_quarter, from eta.jsonl),
+    beside when the target came; None where the run missed its target or the ETA never estimated
+    it (a run of a second or two ends before its first look)."""
+    from omnitune.efficiency import eta
+
     if not summary.reached_target or summary.time_to_target_s is None:
         return None
+    lines = []
     try:
-        lines = [json.loads(x) for x in (out_dir / "eta.jsonl").read_text().splitlines() if x.strip()]
-    except (OSError, ValueError):
+        for text in (out_dir / "eta.jsonl").read_text().splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:          # a line cut off
+                continue
+    except OSError:
         return None
-    estimates = [e for e in lines if isinstance(e, dict) and isinstance(e.get("train_s"), (int, float))
-                 and e.get("eta_s")]        # not "reached" (0), nor no estimate (None)
-    if not estimates:
+    e = eta.at_a_quarter(lines, summary.time_to_target_s)
+    if e is None:
         return None
-    quarter = 0.25 * summary.time_to_target_s
-    e = max((x for x in estimates if x["train_s"] <= quarter), key=lambda x: x["train_s"], default=estimates[0])
-    at = e["train_s"] + e["eta_s"]
-    band = f" (band {e['train_s'] + e['band_s'][0]:.0f}–{e['train_s'] + e['band_s'][1]:.0f}s)" if e.get("band_s") else ""
-    return (f"the ETA at {e['train_s']:.1f}s of training put the target at {at:.0f}s{band}; it came at "
-            f"{summary.time_to_target_s:.1f}s (eta.jsonl; `omnitune report {out_dir}` plots every estimate)")
+    band = "" if e["band_s"] is None else \
+        f" (band {e['train_s'] + e['band_s'][0]:.0f}–{e['train_s'] + e['band_s'][1]:.0f}s)"
+    return (f"the ETA at {e['train_s']:.1f}s of training put the target at {e['train_s'] + e['eta_s']:.0f}s{band}; "
+            f"it came at {summary.time_to_target_s:.1f}s (eta.jsonl; `omnitune report {out_dir}` plots every estimate)")
 
 
 def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | None) -> None:

@@ -15,6 +15,7 @@ benchmark checks it on the runs it was not read from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from omnitune.core.target import Target, of
@@ -64,6 +65,22 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
                    f"the recent pace gets there past {statmodel.TOO_FAR:g} times the iterations so far")
     left = max(0.0, (iters - it) * per_iter)
     return Eta(now, it, acc, left, (left * BAND[0], left * BAND[1]), "at the recent pace", iters)
+
+
+def at_a_quarter(etas: list[dict], time_to_target_s: float) -> dict | None:
+    """Of a finished run's ETA lines (eta.jsonl: Eta.to_dict), its last estimate by a quarter of
+    its time to target, else its first; None where none estimated it. An estimate has numbers for
+    its training time and its ETA (not 0: reached); a band without two numbers reads as none."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and math.isfinite(x)
+    estimates = [e for e in etas if isinstance(e, dict) and number(e.get("train_s"))
+                 and number(e.get("eta_s")) and e["eta_s"] > 0]
+    if not estimates:
+        return None
+    e = max((x for x in estimates if x["train_s"] <= 0.25 * time_to_target_s), key=lambda x: x["train_s"],
+            default=estimates[0])
+    band = e.get("band_s")
+    return {**e, "band_s": band if isinstance(band, list) and len(band) == 2 and all(map(number, band)) else None}
 
 
 def horizon(lines: list[dict], target: Target | float, test_size: int | None = None) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnitune.core.errors import UserError
 from omnitune.core.files import from_dict, to_dict
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 
@@ -14,21 +15,37 @@ NOT_REACHED = 1e9     # the study's value for a probe that gives no estimate
 
 def new_study(storage: str | Path | None = None, name: str = "omnitune"):
     """An optuna study for probes: minimise predicted time, median pruning at equal training time.
-    `storage`: a file, optuna's journal of the study (a JSON line per change), from which an
-    interrupted search reads its probes back; an optuna storage URL; or None, in memory. A
-    journal opens at once, where SQLite took about a second of each `omnitune plan` and 25 ms
-    a probe."""
+    `storage`: a file, optuna's journal of the study (a JSON line per change, cheap to open), from
+    which an interrupted search reads its probes back; an optuna storage URL; or None, in memory."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if isinstance(storage, Path):
+    path = storage if isinstance(storage, Path) else None
+    if path is not None:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
-        storage = JournalStorage(JournalFileBackend(str(storage)))
+        complete_lines(path)
+        storage = JournalStorage(JournalFileBackend(str(path)))
     pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
-    return optuna.create_study(storage=storage, study_name=name, direction="minimize", pruner=pruner,
-                               load_if_exists=True)
+    try:
+        return optuna.create_study(storage=storage, study_name=name, direction="minimize", pruner=pruner,
+                                   load_if_exists=True)
+    except ValueError as e:     # json's errors among them
+        if path is None:
+            raise
+        raise UserError(f"{path}: the plan's study journal cannot be read ({e}); delete it to plan afresh") from None
+
+
+def complete_lines(path: Path) -> None:
+    """Drop a half-written last line from the journal at `path` (a `plan` killed as it wrote):
+    the next change would be appended to it and make the whole file unreadable."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def ask(study, pc: ProbeConfig):

@@ -133,7 +133,7 @@ def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: St
 
 
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float,
-                 sgd: bool = True, validation: int = RETUNE_VALIDATION) -> float:
+                 wl: Workload | None = None, validation: int = RETUNE_VALIDATION) -> float:
     """What a pause's readings should cost before one was timed: each candidate a stalled run's
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
     of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
@@ -147,16 +147,17 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
     schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
     goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
-    for `sgd` (`grows`), and the evaluations are of `validation` samples (`validation_size`):
-    charlm-stdlib (AdamW, 128 test sequences) was estimated at 49.7 s a pause, and its pauses
-    took 11.7 s on the schedule and 14.5 s stalled (2026-11-29)."""
+    where the pause weighs them (`grows`: SGD; `wl` None is taken as SGD), and the evaluations are
+    of `validation` samples (`validation_size`)."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
     updates = iters * (1 + retune_mod.COOL_SHARE)
     evaluations = 2 * min(validation, RETUNE_VALIDATION) / sum(spec.batch_size.values()) * FORWARD_SHARE
-    # Where the hardware model prices the batch of an SGD run, the goodput's batch, read twice as a
-    # candidate of its own, and the noise scale's gradients (a step each, with no update).
-    priced = sgd and step_s is not None and retune_mod.throughput(spec, step_s) is not None
+    # Where the pause weighs the goodput (the hardware model prices the batch of an SGD run): the
+    # goodput's batch, read twice as a candidate of its own, and the noise scale's gradients (a
+    # step each, with no update).
+    priced = grows(wl, spec, step_s) if wl is not None else \
+        step_s is not None and retune_mod.throughput(spec, step_s) is not None
     reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
     # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at
@@ -167,12 +168,17 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
 
 def validation_size(wl: Workload, data_dir: str | None) -> int:
     """How many test samples a pause scores its candidates on: RETUNE_VALIDATION, or the whole
-    test set where it is smaller and omnitune's dataset cache holds it (else building the datasets
-    before the run, only to count them, could cost seconds: the estimate then takes the most)."""
+    test set where it is smaller and omnitune's dataset cache holds it, its size read without
+    loading the tensors (else building the datasets before the run, only to count them, could
+    cost seconds: the estimate then takes the most)."""
     path = wl.cache_path() if data_dir is None else None
     if path is None or not path.is_file():
         return RETUNE_VALIDATION
-    return min(RETUNE_VALIDATION, len(wl.build_datasets(None, 0)[1]))
+    try:
+        test = torch.load(path, mmap=True, weights_only=True)[1]     # share's [train, test] tensors
+        return min(RETUNE_VALIDATION, int(test[0].shape[0]))
+    except Exception:           # not a file `share` wrote whole: the most
+        return RETUNE_VALIDATION
 
 
 def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
