@@ -77,3 +77,17 @@ def many_workers_profile(sample, n: int, tmp_path: Path):
     cpu0 = sample.device("cpu0")
     devices = tuple(replace(cpu0, device_id=d.id) for d in cluster.devices)
     return replace(sample, cluster=cluster, devices=devices, calibration=())
+
+
+def tiny_cached_workload(tmp_path: Path, monkeypatch, recipe: str = "") -> Path:
+    """A workload file of 8 training and 40 test samples that omnitune's dataset cache (under
+    tmp_path) may hold (CACHE_DATASETS), with `recipe` as its RECIPE's source where given."""
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.py"
+    path.write_text("import torch\nfrom torch.utils.data import TensorDataset\nCACHE_DATASETS = True\n"
+                    + (f"RECIPE = {recipe}\n" if recipe else "")
+                    + "def build_model():\n    return torch.nn.Linear(2, 2)\n"
+                    "def build_datasets(data_dir, seed):\n"
+                    "    return (TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)),\n"
+                    "            TensorDataset(torch.zeros(40, 2), torch.zeros(40, dtype=torch.long)))\n")
+    return path

@@ -130,16 +130,9 @@ def test_a_runs_first_pause_is_priced_by_what_its_workload_reads(tmp_path, monke
     from omnitune.planning import hardware
     from omnitune.probing.pause import pause_cost_s
     from omnitune.runtime import workload
-    from tests.conftest import DATA
+    from tests.conftest import DATA, tiny_cached_workload
 
-    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
-    path = tmp_path / "tiny.py"
-    path.write_text("import torch\nfrom torch.utils.data import TensorDataset\nCACHE_DATASETS = True\n"
-                    "RECIPE = {'optimizer': 'adamw'}\n"
-                    "def build_model():\n    return torch.nn.Linear(2, 2)\n"
-                    "def build_datasets(data_dir, seed):\n"
-                    "    return (TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)),\n"
-                    "            TensorDataset(torch.zeros(40, 2), torch.zeros(40, dtype=torch.long)))\n")
+    path = tiny_cached_workload(tmp_path, monkeypatch, "{'optimizer': 'adamw'}")
     wl = workload.load(str(path))
     wl.build_datasets(None, 0)                                      # in the cache, as after a profile
     plan = plan_mod.load(DATA / "plan-v1.json")

@@ -808,7 +808,7 @@ def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has
     from omnitune.probing.pause import (FORWARD_SHARE, NOISE_DRAWS, RETUNE_VALIDATION, TIMED_ROUNDS, TIMED_STEPS,
                                         pause_cost_s, validation_size)
     from omnitune.runtime import workload
-    from tests.conftest import DATA, make_spec
+    from tests.conftest import DATA, make_spec, tiny_cached_workload
 
     step_s = planning.spec_step_s(profile.load(DATA / "profile-v1.json"), "one-worker")
     one = make_spec("sync", [["cpu-all"]], batch=16, lr=0.1, momentum=0.9)
@@ -821,14 +821,7 @@ def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has
     reads = 3 + 2                               # the rates near and the batches left unpriced: as above
     saved = reads * 2 * (RETUNE_VALIDATION - 128) / 16 * FORWARD_SHARE * 0.016
     assert full - small == pytest.approx(saved) and saved > 0
-    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))
-    path = tmp_path / "tiny.py"
-    path.write_text("import torch\nfrom torch.utils.data import TensorDataset\nCACHE_DATASETS = True\n"
-                    "def build_model():\n    return torch.nn.Linear(2, 2)\n"
-                    "def build_datasets(data_dir, seed):\n"
-                    "    return (TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)),\n"
-                    "            TensorDataset(torch.zeros(40, 2), torch.zeros(40, dtype=torch.long)))\n")
-    wl = workload.load(str(path))
+    wl = workload.load(str(tiny_cached_workload(tmp_path, monkeypatch)))
     assert validation_size(wl, None) == RETUNE_VALIDATION          # not built yet: no cost to count them
     wl.build_datasets(None, 0)                                      # now in the cache
     assert validation_size(wl, None) == 40
