@@ -295,16 +295,8 @@ def _eta_recap(out_dir: Path, summary) -> str | None:
 
     if not summary.reached_target or summary.time_to_target_s is None:
         return None
-    lines = []
-    try:
-        for text in (out_dir / "eta.jsonl").read_text().splitlines():
-            try:
-                lines.append(json.loads(text))
-            except ValueError:          # a line cut off
-                continue
-    except OSError:
-        return None
-    e = eta.at_a_quarter(lines, summary.time_to_target_s)
+    lines = _json_lines(out_dir / "eta.jsonl")
+    e = eta.at_a_quarter(lines, summary.time_to_target_s) if lines is not None else None
     if e is None:
         return None
     band = "" if e["band_s"] is None else \
@@ -403,20 +395,30 @@ def _following(run_dir: Path, plan_path: Path, show):
             thread.join()
 
 
+def _json_lines(path: Path) -> list | None:
+    """A JSON-lines file of the run dir, less a line still being written or cut off; None where it
+    cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    lines = []
+    for line in text.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            continue
+    return lines
+
+
 def _eta_step(run_dir: Path, target, since: float, show, last: int | None) -> int | None:
     """One look at the run: the ETA from this run's readings (written after `since`), shown and
     kept in eta.jsonl when a new reading came; the iteration of the last reading seen."""
     from omnitune.core.files import append_jsonl
     from omnitune.efficiency import eta
 
-    lines = []
-    try:
-        for text in (run_dir / "metrics.jsonl").read_text().splitlines():
-            try:
-                lines.append(json.loads(text))
-            except ValueError:              # a line still being written
-                continue
-    except OSError:
+    lines = _json_lines(run_dir / "metrics.jsonl")
+    if lines is None:
         return last
     lines = [x for x in lines if x.get("time", since) >= since]
     if not lines or lines[-1].get("iteration") == last:       # no new reading: nothing to fit

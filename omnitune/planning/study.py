@@ -40,12 +40,13 @@ def new_study(storage: str | Path | None = None, name: str = "omnitune"):
 def complete_lines(path: Path) -> None:
     """Drop a half-written last line from the journal at `path` (a `plan` killed as it wrote):
     the next change would be appended to it and make the whole file unreadable."""
-    if not path.is_file():
+    if not path.is_file() or path.stat().st_size == 0:
         return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
+    with open(path, "r+b") as f:
+        f.seek(-1, 2)
+        if f.read(1) != b"\n":
+            f.seek(0)
+            f.truncate(f.read().rfind(b"\n") + 1)
 
 
 def ask(study, pc: ProbeConfig):

@@ -71,10 +71,11 @@ def gradient_noise(wl: Workload, train, model_state: dict, batch: int, seed: int
     return goodput.noise_scale(np.stack(grads), batch)
 
 
-def grows(wl: Workload, spec: RunSpec, step_s: StepTime | None) -> bool:
+def grows(wl: Workload | None, spec: RunSpec, step_s: StepTime | None) -> bool:
     """Whether a pause weighs a larger batch by its goodput: the hardware model prices the run's
-    batch and the recipe is SGD (AdaScale's rate is SGD's)."""
-    return step_s is not None and retune_mod.throughput(spec, step_s) is not None and wl.recipe.optimizer == "sgd"
+    batch and the recipe is SGD (AdaScale's rate is SGD's; no workload given: taken as SGD)."""
+    return step_s is not None and retune_mod.throughput(spec, step_s) is not None \
+        and (wl is None or wl.recipe.optimizer == "sgd")
 
 
 TIMED_ROUNDS, TIMED_STEPS = 3, 3     # a timed batch scale: rounds, each this many steps after one to warm up
@@ -147,7 +148,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
     schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
     goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
-    where the pause weighs them (`grows`: SGD; `wl` None is taken as SGD), and the evaluations are
+    where the pause weighs them (`grows`), and the evaluations are
     of `validation` samples (`validation_size`)."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
@@ -156,8 +157,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     # Where the pause weighs the goodput (the hardware model prices the batch of an SGD run): the
     # goodput's batch, read twice as a candidate of its own, and the noise scale's gradients (a
     # step each, with no update).
-    priced = grows(wl, spec, step_s) if wl is not None else \
-        step_s is not None and retune_mod.throughput(spec, step_s) is not None
+    priced = grows(wl, spec, step_s)
     reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
     # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at

@@ -8,16 +8,14 @@ second. Target 0.95: a few hundred iterations of plain SGD reach it; accuracy le
 0.97-0.98.
 """
 
-from importlib.metadata import version
+from pathlib import Path
 
-import numpy as np
-import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-# The same split for every seed: kept in omnitune's cache, keyed by scikit-learn's version too, so
-# that a process which loads this workload imports scikit-learn (1.4 s here) only to build it once.
-CACHE_DATASETS = f"scikit-learn {version('scikit-learn')}"
+from omnitune.runtime import workload
+
+_digits = workload.load(str(Path(__file__).with_name("lenet_digits.py")))
 
 
 def build_model() -> nn.Module:
@@ -25,12 +23,6 @@ def build_model() -> nn.Module:
 
 
 def build_datasets(data_dir, seed):
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-    y = torch.tensor(digits.target, dtype=torch.long)
-    perm = torch.as_tensor(np.random.default_rng(0).permutation(len(y)))
-    n_train = int(0.8 * len(y))
-    train, test = perm[:n_train], perm[n_train:]
-    return TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test])
+    flat = lambda d: TensorDataset(d.tensors[0].flatten(1), d.tensors[1])      # noqa: E731
+    train, test = _digits.build_datasets(data_dir, seed)
+    return flat(train), flat(test)
