@@ -8,7 +8,7 @@ exactly that configuration), probe it PREDICT_S longer for its time to target (`
 run it once per seed (three seeds; the measured figures are the runs' medians, a run that misses
 the target counting as its cap), and compare. The minutes-long workloads' rows are out of sample: their
 per-device batches (24, 48, 96, 192) are neither profiled step sizes (powers of two) nor the
-calibration's (16, 64 and 256, the larger cut to 32 or more: profile_worker.sized_specs). `--only NAME` measures that
+calibration's (16 and 256, 64 too before 2026-11-29; the larger cut to 32 or more: profile_worker.sized_specs). `--only NAME` measures that
 workload's rows again and keeps the others from the last full run (marked `kept`). Writes
 benchmarks/results/prediction.json (+ prediction.png); with --quick prediction-quick.json (and .png).
 """

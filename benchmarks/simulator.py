@@ -8,7 +8,7 @@ as `omnitune profile` profiles it. Then every configuration below runs for real 
 RUN_S seconds of training, seeds 0, 1, 2) and is simulated from the profile alone: the profile's
 step times and their spread, its link and all-reduce, its server update, and per protocol one
 constant o, the runtime's own work per iteration, fitted to the profile's calibration jobs
-(batches 16, 64 and 256, 16 and 128 before 2026-11-25; the rows below use other batches, so none was used to fit). Beside it, the rows give the analytic
+(batches 16 and 256; 64 too from 2026-11-25 to 2026-11-29, 128 before; the rows below use other batches, so none was used to fit). Beside it, the rows give the analytic
 hardware model (perfmodel), raw and calibrated, which is what `plan` uses on such clusters.
 
 Mean staleness is compared where it is not fixed by construction: the server protocols and
@@ -40,8 +40,8 @@ WORKLOADS = {"lenet-digits": 0.05, "cnn1d-mnist1d": 0.1}        # learning rate 
 GOAL_SEC_PCT, GOAL_STALENESS_PCT = 10.0, 10.0
 
 # (name, protocol, groups or learners (None: every device), softsync n, gossip every, balanced, batch)
-# Batches other than the profile's calibration batches (16, 64 and 256, or the cut below them; 128 before
-# 2026-11-25): every row is out of sample.
+# Batches other than the profile's calibration batches (16 and 256, or the cut below it; 64 too until
+# 2026-11-29, 128 before 2026-11-25): every row is out of sample.
 HOMOGENEOUS = [("sync", "sync", 1, 1, 1, False, 24), ("sync", "sync", 1, 1, 1, False, 96),
                ("groups", "groups", None, 1, 1, False, 24), ("groups", "groups", None, 1, 1, False, 48),
                ("softsync-n1", "softsync", None, 1, 1, False, 32), ("softsync-n2", "softsync", None, 2, 1, False, 32),
