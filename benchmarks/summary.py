@@ -29,6 +29,8 @@ TABLES = {
     "end_to_end": [("workloads", ["workload", "target_accuracy", "plan.protocol", "plan.layout",
                                   "predicted_sec_per_iter", "measured_sec_per_iter",
                                   "predicted_time_to_target_s", "measured_time_to_target_s", "reached_target"])],
+    "calibration": [("rows", ["workload", "arm", "profile_s", "configurations", "median_abs_err_pct",
+                              "p90_abs_err_pct"])],
     "eta": [("shares", ["share", "runs_of", "runs", "estimates", "median_error", "median_ratio", "held", "no_band"])],
     "faults": [("rows", ["scenario", "iterations_lost", "train_s_lost", "recovery_s", "reached_target"]),
                ("stuck", ["scenario", "timeout_s", "stops_after_s"])],
