@@ -1,21 +1,25 @@
 """What the profile's calibration jobs buy: predicted seconds per iteration against real runs, by
-the calibration batches the profile runs.
+the calibration settings the profile runs.
 
-    python -m benchmarks.calibration [--quick] [--only NAME ...] [--rounds N]
+    python -m benchmarks.calibration [--quick] [--compare batches|halving] [--only NAME ...] [--rounds N]
 
 The profile's calibration jobs are most of its time, and what they buy is the accuracy of the
-planner's seconds per iteration. For each workload (lenet-digits, teacher-mlp, shapes-resnet,
-charlm-stdlib; lenet-digits alone with --quick) each ARM profiles this machine N times (3; 1
-with --quick), the arms taking turns round by round so that the machine's drift falls on both.
-Then each configuration of CONFIGS (sync on one worker and on one worker per core, two groups,
-hpsgd, gossip) at batches no calibration job runs (BATCHES) is timed by real jobs of the
-runtime (3 runs, one with --quick), and every profile's prediction (planning.profiled: the
-calibrated analytic model, or the simulator where no job ran the shape) is set against the runs'
-median. Rows give per workload and arm the profile's seconds (median, min-max) and the median
-and 90th percentile of |predicted - measured| / measured over configurations and profiles; the
-summary, per arm against the first, how many configurations its predictions came nearer and
-the median ratio of its predictions to the first's. Goal: no arm's median error above the
-first's by more than 2 points. Writes benchmarks/results/calibration.json (-quick with --quick).
+planner's seconds per iteration. Two comparisons (COMPARISONS): `batches`, calibration batches
+16, 64 and 256 against 16 and 256; `halving`, on charlm-stdlib, a slow model's smaller batch
+kept at 16 against halved to 8 (profile_worker.sized_specs). For each workload (lenet-digits,
+teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick) each arm profiles this
+machine N times (3; 1 with --quick), the arms taking turns round by round so that the machine's
+drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
+per core and two groups at each batch, hpsgd and gossip at the middle one) at batches no
+calibration job of either arm runs is timed by real jobs of the runtime (3 runs, one with
+--quick), and every profile's prediction (planning.profiled: the calibrated analytic model, or
+the simulator where no job ran the shape) is set against the runs' median. Rows give per
+workload and arm the profile's seconds (median, min-max) and the median and 90th percentile of
+|predicted - measured| / measured over configurations and profiles; the summary, per arm against
+the first, how many configurations its predictions came nearer and the median ratio of its
+predictions to the first's. Goal: no arm's median error above the first's by more than 2
+points. Writes benchmarks/results/calibration.json (calibration-halving.json for `halving`;
+-quick after either with --quick).
 """
 
 from __future__ import annotations
@@ -36,37 +40,43 @@ from omnitune.planning.space import Config
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
-# The first arm is the one the others are compared with: the calibration batches before 2026-11-29.
-ARMS = {"16-64-256": profiler.Settings(calibrate_batches=(16, 64, 256)), "16-256": profiler.Settings()}
 WORKLOADS = ("lenet-digits", "teacher-mlp", "shapes-resnet", "charlm-stdlib")
 BATCHES = {"lenet-digits": (24, 48, 96), "teacher-mlp": (48, 96, 192), "shapes-resnet": (12, 24, 48),
-           "charlm-stdlib": (8, 12, 24)}        # per device; no calibration job runs them
+           "charlm-stdlib": (8, 12, 24)}        # per device; no calibration job of either arm runs them
+NO_HALVING = profiler.Settings(calibrate_least_batch=16)
+# name -> (arms, the first being the one the others are compared with; workloads; batches)
+COMPARISONS = {
+    "batches": ({"16-64-256": replace(NO_HALVING, calibrate_batches=(16, 64, 256)), "16-256": NO_HALVING},
+                WORKLOADS, BATCHES),
+    "halving": ({"16, kept": NO_HALVING, "halved to 8": profiler.Settings()}, ("charlm-stdlib",),
+                {"charlm-stdlib": (6, 12, 24)}),
+}
 RUN_S = {"shapes-resnet": 5.0, "charlm-stdlib": 6.0}    # each timing run (3 s otherwise)
 RUNS = 3
 GOAL_POINTS = 2.0
 
 
-def configs(prof, name: str, quick: bool) -> list[Config]:
+def configs(prof, name: str, quick: bool, batches: dict) -> list[Config]:
     """Sync on one worker and on one per core and two groups at each of the workload's batches,
     then hpsgd and gossip at the middle one (with --quick: the first batch's three)."""
     per_core = prof.cluster.layouts["one-per-core"]
     one = prof.cluster.layouts.get("one-worker", per_core[:1])
     two = Groups(g=2)
-    batches = BATCHES[name][:1] if quick else BATCHES[name]
-    out = [c for b in batches for c in (Config("one-worker", Sync(), (one,), b, 0.01, 0.9),
+    mine = batches[name][:1] if quick else batches[name]
+    out = [c for b in mine for c in (Config("one-worker", Sync(), (one,), b, 0.01, 0.9),
                                        Config("one-per-core", Sync(), (per_core,), b, 0.01, 0.9),
                                        Config("one-per-core", two, two.group(per_core), b, 0.01, 0.3))]
     if not quick:
-        out += [Config("one-per-core", from_key(key, 1), (per_core,), BATCHES[name][1], 0.01, 0.9)
+        out += [Config("one-per-core", from_key(key, 1), (per_core,), batches[name][1], 0.01, 0.9)
                 for key in ("hpsgd", "gossip/every=1")]
     return out
 
 
-def profiles(name: str, rounds: int) -> tuple[dict[str, list], list[dict]]:
+def profiles(name: str, rounds: int, arms: dict) -> tuple[dict[str, list], list[dict]]:
     """Each arm's profiles, the arms taking turns; and their wall times."""
-    profs, walls = {arm: [] for arm in ARMS}, []
+    profs, walls = {arm: [] for arm in arms}, []
     for r in range(rounds):
-        for arm, settings in ARMS.items():
+        for arm, settings in arms.items():
             with tempfile.TemporaryDirectory() as tmp:
                 began = time.perf_counter()
                 prof = profiler.profile(local_cluster(), name, None, settings, Path(tmp) / "logs")
@@ -98,35 +108,38 @@ def err(pred: float, measured: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="lenet-digits, one round, three configurations, one run each")
+    parser.add_argument("--compare", choices=sorted(COMPARISONS), default="batches", help="which settings to compare")
     parser.add_argument("--only", action="append", choices=WORKLOADS, help="this workload (repeatable)")
     parser.add_argument("--rounds", type=int, default=None, help="profiles per arm (3; 1 with --quick)")
     args = parser.parse_args()
-    names = args.only or (WORKLOADS[:1] if args.quick else WORKLOADS)
+    arms, workloads, batches = COMPARISONS[args.compare]
+    names = args.only or (workloads[:1] if args.quick else workloads)
     rounds = args.rounds or (1 if args.quick else 3)
     runs = 1 if args.quick else RUNS
     configs_out, walls, rows = [], [], []
     for name in names:
-        profs, w = profiles(name, rounds)
+        profs, w = profiles(name, rounds, arms)
         walls += w
         mine = []
-        for c in configs(profs[next(iter(ARMS))][0], name, args.quick):
-            m = measure(name, c, profs[next(iter(ARMS))][0], runs)
+        base = profs[next(iter(arms))][0]
+        for c in configs(base, name, args.quick, batches):
+            m = measure(name, c, base, runs)
             shape = m.pop("shape")
             m["predicted"] = {arm: [planning.profiled(p)(shape, c.batch)[0] for p in ps] for arm, ps in profs.items()}
             mine.append(m)
             print(f"{name} {c.layout} {c.variant.key} batch {c.batch}: measured {m['measured_sec_per_iter'] * 1e3:.2f} ms; "
                   + ", ".join(f"{a} {statistics.median(v) * 1e3:.2f}" for a, v in m["predicted"].items()), flush=True)
         configs_out += mine
-        for arm in ARMS:
+        for arm in arms:
             errs = sorted(err(p, m["measured_sec_per_iter"]) for m in mine for p in m["predicted"][arm])
             secs = [x["profile_s"] for x in w if x["arm"] == arm]
             rows.append({"workload": name, "arm": arm, "profile_s": statistics.median(secs),
                          "profile_s_spread": [min(secs), max(secs)], "configurations": len(mine),
                          "median_abs_err_pct": 100 * statistics.median(errs),
                          "p90_abs_err_pct": 100 * errs[min(len(errs) - 1, int(0.9 * len(errs)))]})
-    first = next(iter(ARMS))
+    first = next(iter(arms))
     median_err = {arm: 100 * statistics.median(err(p, m["measured_sec_per_iter"]) for m in configs_out
-                                                for p in m["predicted"][arm]) for arm in ARMS}
+                                                for p in m["predicted"][arm]) for arm in arms}
     def per_config(m: dict, arm: str) -> float:
         return statistics.median(err(p, m["measured_sec_per_iter"]) for p in m["predicted"][arm])
     against = {arm: {"nearer": sum(per_config(m, arm) < per_config(m, first) for m in configs_out),
@@ -134,17 +147,20 @@ def main() -> None:
                      "median_ratio_to_first": statistics.median(
                          statistics.median(m["predicted"][arm]) / statistics.median(m["predicted"][first])
                          for m in configs_out)}
-               for arm in ARMS if arm != first}
-    result = {"quick": args.quick, "arms": {a: list(s.calibrate_batches) for a, s in ARMS.items()},
+               for arm in arms if arm != first}
+    result = {"quick": args.quick, "compare": args.compare,
+              "arms": {a: {"calibrate_batches": list(s.calibrate_batches), "calibrate_least_batch": s.calibrate_least_batch}
+                       for a, s in arms.items()},
               "rounds": rounds, "runs": runs, "rows": rows, "configurations": configs_out, "profiles": walls,
               "median_abs_err_pct": median_err, "against_first": against, "goal_points": GOAL_POINTS,
-              "goals_met": {arm: median_err[arm] <= median_err[first] + GOAL_POINTS for arm in ARMS}}
+              "goals_met": {arm: median_err[arm] <= median_err[first] + GOAL_POINTS for arm in arms}}
     print_rows("calibration batches: predicted seconds per iteration against real runs", rows,
                ["workload", "arm", "profile_s", "configurations", "median_abs_err_pct", "p90_abs_err_pct"])
     for arm, a in against.items():
         print(f"{arm}: median |error| {median_err[arm]:.1f}% against {median_err[first]:.1f}% for {first}; nearer the "
               f"runs in {a['nearer']} of {a['of']}; its predictions / {first}'s: {a['median_ratio_to_first']:.3f}")
-    print(f"wrote {write_results('calibration', result)}")
+    name = "calibration" + ("" if args.compare == "batches" else f"-{args.compare}")
+    print(f"wrote {write_results(name, result)}")
 
 
 if __name__ == "__main__":

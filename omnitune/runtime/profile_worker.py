@@ -198,15 +198,22 @@ def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None 
     steps say a job times CALIBRATION_STEPS updates of in `calibrate_s`, and at least twice the
     smallest batch, so that the two still fix a slope; a middle batch at or above the cut is
     left out. Uncut, a slow model's job at the largest batch sees only a few updates, the first of
-    them a warm-up, in several times the time of one at a smaller batch."""
-    small, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
+    them a warm-up, in several times the time of one at a smaller batch. Where even the smallest
+    batch's job would run past `calibrate_s` for its CALIBRATION_MIN_UPDATES updates and warm-up,
+    that batch halves, down to `calibrate_least_batch`: charlm-stdlib's jobs at 16 and 32 took
+    1-2.5 s each, and its plans train at 8."""
+    first, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
     specs = job.calibration_specs if specs is None else specs
-    if large <= small or any(s is None for s in steps) or not specs:
+    if large <= first or any(s is None for s in steps) or not specs:
         return specs
     slowest: dict[int, float] = {}
     for timings in steps:
         for t in timings:
             slowest[t.batch_size] = max(slowest.get(t.batch_size, 0.0), t.sec_per_step)
+    small = first
+    while small // 2 >= job.settings.calibrate_least_batch \
+            and slowest.get(small, 0.0) * (CALIBRATION_MIN_UPDATES + 1) > job.settings.calibrate_s:
+        small //= 2
     everyone = set.intersection(*({t.batch_size for t in timings} for timings in steps))
     fit = [b for b in everyone if 2 * small <= b <= large
            and slowest[b] * CALIBRATION_STEPS <= job.settings.calibrate_s]
@@ -215,7 +222,9 @@ def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None 
     out = []
     for s in specs:
         b = min(s.batch_size.values())
-        if b < cut:
+        if b == first and small < first:
+            out.append(replace(s, batch_size=dict.fromkeys(s.batch_size, small)))
+        elif b < cut:
             out.append(s)
         elif b == top:
             out.append(replace(s, batch_size=dict.fromkeys(s.batch_size, cut)))
