@@ -43,13 +43,12 @@ from omnitune.runtime import job
 WORKLOADS = ("lenet-digits", "teacher-mlp", "shapes-resnet", "charlm-stdlib")
 BATCHES = {"lenet-digits": (24, 48, 96), "teacher-mlp": (48, 96, 192), "shapes-resnet": (12, 24, 48),
            "charlm-stdlib": (8, 12, 24)}        # per device; no calibration job of either arm runs them
-NO_HALVING = profiler.Settings(calibrate_least_batch=16)
 # name -> (arms, the first being the one the others are compared with; workloads; batches)
 COMPARISONS = {
-    "batches": ({"16-64-256": replace(NO_HALVING, calibrate_batches=(16, 64, 256)), "16-256": NO_HALVING},
+    "batches": ({"16-64-256": profiler.Settings(calibrate_batches=(16, 64, 256)), "16-256": profiler.Settings()},
                 WORKLOADS, BATCHES),
-    "halving": ({"16, kept": NO_HALVING, "halved to 8": profiler.Settings()}, ("charlm-stdlib",),
-                {"charlm-stdlib": (6, 12, 24)}),
+    "halving": ({"16, kept": profiler.Settings(), "halved to 8": profiler.Settings(calibrate_least_batch=8)},
+                ("charlm-stdlib",), {"charlm-stdlib": (6, 12, 24)}),
 }
 RUN_S = {"shapes-resnet": 5.0, "charlm-stdlib": 6.0}    # each timing run (3 s otherwise)
 RUNS = 3

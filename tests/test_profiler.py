@@ -80,12 +80,12 @@ def test_the_larger_calibration_batch_is_cut_to_what_a_job_can_time_several_upda
     assert batches(steps(3e-4), steps(3e-4)) == {16, 64, 128}       # 8 updates of 0.077 s fit 0.4 s, not of 0.15
     # The slower device decides: 8 updates of 0.03 s fit 0.4 s at batch 32, not at 64.
     assert batches(steps(1e-5), steps(1e-3)) == {16, 32}
-    # A job at batch 16 would run past 0.4 s for its 4 updates and warm-up (0.16 s each): 16 halves to
-    # 8 (the least), and the larger batch is twice that.
+    assert batches(steps(1e-2), steps(1e-2)) == {16, 32}            # nothing fits: twice the smaller batch
+    # Allowed to halve to 8: a job at batch 16 would run past 0.4 s for its 4 updates and warm-up
+    # (0.16 s each), so 16 halves to 8, and the larger batch is twice that; at 0.064 s a step it would not.
+    job = replace(job, settings=replace(job.settings, calibrate_least_batch=8))
     assert batches(steps(1e-2), steps(1e-2)) == {8, 16}
-    assert batches(steps(4e-3), steps(4e-3)) == {16, 32}            # 5 steps of 0.064 s fit 0.4 s at 16
-    job = replace(job, settings=replace(job.settings, calibrate_least_batch=16))
-    assert batches(steps(1e-2), steps(1e-2)) == {16, 32}            # no halving: twice the smaller batch
+    assert batches(steps(4e-3), steps(4e-3)) == {16, 32}
     assert sized_specs(job, [steps(1e-5), None]) == specs           # a device without timings: as planned
 
 
