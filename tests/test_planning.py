@@ -764,6 +764,31 @@ def test_a_ranking_by_loss_whose_probes_never_got_below_the_labels_frequencies_i
     assert 1.0 < best < 1.1         # the premise: 1.15 is a guess only with the 10% margin, 1.25 not
 
 
+class Blind:
+    """Probes that never reach the target and learn little, from an untrained 2.3 (the labels'
+    loss): training loss 2.1 at lr 0.01, 0.05 more a decade away (no tie: 10% of the 0.2 it came
+    down is 0.02), and half a unit more past lr 0.05: above the labels' loss."""
+    label_loss = 2.3
+
+    def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
+        loss = 2.1 + 0.05 * abs(math.log10(cfg.lr / 0.01)) + (0.5 if cfg.lr > 0.05 else 0.0)
+        return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
+                                   train_loss=loss, iters=max_iters, start_loss=2.3)
+
+
+def test_a_guess_goes_to_the_largest_rate_whose_probe_fell_below_the_labels_loss(sample_profile):
+    """A blind ranking says little, and a run at too low a rate only goes slowly where one at too
+    high a rate stalls or diverges and re-tunes: the plan leads with the probe of the largest
+    learning rate whose loss fell below the labels' at all, not with the lowest loss."""
+    found = planning.search(sample_profile, planning.Space(protocols=("sync",), layouts=("one-per-core",)), Blind())
+    assert found.ranked and found.planning.blind
+    probed = [s for s in found.scored if s.probe is not None]
+    below = [s.config.lr for s in probed if s.probe.train_loss < Blind.label_loss]
+    lowest = min(probed, key=lambda s: s.probe.train_loss)
+    assert found.scored[0].config.lr == max(below) > lowest.config.lr
+    assert any(s.config.lr > max(below) for s in probed)           # a rate whose probe learned nothing is passed over
+
+
 class HighLoss(FakeProber):
     """FakeProber's times to target, each probe's training loss 5.0 against the labels' 1.0."""
     label_loss = 1.0

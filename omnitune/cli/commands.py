@@ -151,15 +151,19 @@ def _render_plan(result, out_path: Path) -> None:
         final = (f"; the best of the {result.planning.finalists} best setups then trained on to "
                  f"up to {planning.final.FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
                  if result.planning.finalists else "")
-        out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
-                  f"lowest training loss after equal training time (Omnivore's criterion; losses within "
-                  f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning rate"
-                  f"{final}); {when}")
         if result.planning.blind:
-            out.print(f"a guess: no probe's training loss fell {planning.budget.LEARNED:.0%} below "
-                      f"{result.planning.label_loss:.3f}, the loss of predicting the training labels' frequencies, so "
-                      "the probes had learned little from the inputs and their ranking says little; the run "
-                      "re-tunes as it learns (unless --no-retune), and a larger --budget-s probes for longer")
+            out.print(f"{chose}: a guess. No scout could predict the time to target, and no probe's training loss "
+                      f"fell {planning.budget.LEARNED:.0%} below {result.planning.label_loss:.3f}, the loss of "
+                      "predicting the training labels' frequencies: the probes had learned little from the inputs "
+                      "and their losses rank little. Of those whose loss fell below it at all, the one of the "
+                      "largest learning rate leads (a run at too high a rate stalls or diverges, which re-tunes "
+                      "it; at too low a rate it only goes slowly), else the lowest loss. The run re-tunes as it "
+                      f"learns (unless --no-retune), and a larger --budget-s probes for longer; {when}")
+        else:
+            out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
+                      f"lowest training loss after equal training time (Omnivore's criterion; losses within "
+                      f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning "
+                      f"rate{final}); {when}")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
                   f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "

@@ -17,7 +17,7 @@ from omnitune.planning.final import FINAL_GROWTH, final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
 from omnitune.planning.phases import Spending
 from omnitune.planning.probes import Prober, ProbeRunner, label_loss, test_size
-from omnitune.planning.ranking import RANKED_BY_LOSS, RANKED_BY_TIME, blind
+from omnitune.planning.ranking import RANKED_BY_LOSS, RANKED_BY_TIME, blind, boldest
 from omnitune.planning.setups import enumerate_setups
 from omnitune.planning.space import Scored, Space
 from omnitune.planning.timed import Timer, measure_leaders, time_fastest
@@ -76,9 +76,12 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
         f"{b.reason}; then the {finalists} leaders trained on, up to {FINAL_GROWTH:g}× their probes' training time " \
         "within the budget"
     labels = label_loss(prober)
+    guess = guessed(scored, trials.phase.by_loss, labels, log)
+    if guess:
+        scored = boldest(scored, labels)
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
                                    RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists,
-                                   label_loss=labels, blind=guessed(scored, trials.phase.by_loss, labels, log)))
+                                   label_loss=labels, blind=guess))
 
 
 def guessed(scored: list[Scored], by_loss: bool, labels: float | None, log: Callable[[str], None]) -> bool:
@@ -87,5 +90,5 @@ def guessed(scored: list[Scored], by_loss: bool, labels: float | None, log: Call
     if not (by_loss and blind(scored, labels)):
         return False
     log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting the "
-        "training labels' frequencies: the ranking by loss is a guess")
+        "training labels' frequencies: the ranking by loss is a guess, led by the largest rate whose loss fell below it")
     return True
