@@ -12,6 +12,7 @@ from omnitune.efficiency import balance
 from omnitune.efficiency.perfmodel import PerfModel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import budget
+from omnitune.planning.space import Scored
 from omnitune.planning.study import new_study
 
 BEST_LR = 0.003      # the fake workload's best effective learning rate: no fixed grid holds it
@@ -766,27 +767,50 @@ def test_a_ranking_by_loss_whose_probes_never_got_below_the_labels_frequencies_i
 
 class Blind:
     """Probes that never reach the target and learn little, from an untrained 2.3 (the labels'
-    loss): training loss 2.1 at lr 0.01, 0.05 more a decade away (no tie: 10% of the 0.2 it came
-    down is 0.02), and half a unit more past lr 0.05: above the labels' loss."""
+    loss): training loss 2.1 at lr 0.01 and batch 64, 0.05 more a decade away (no tie: 10% of the
+    0.2 it came down is 0.02) and a little more at smaller batches, half a unit more past lr 0.05:
+    above the labels' loss."""
     label_loss = 2.3
 
     def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
-        loss = 2.1 + 0.05 * abs(math.log10(cfg.lr / 0.01)) + (0.5 if cfg.lr > 0.05 else 0.0)
+        batch = max(b for group in cfg.batches for b in group)
+        loss = (2.1 + 0.05 * abs(math.log10(cfg.lr / 0.01)) + 0.002 * math.log2(64 / batch)
+                + (0.5 if cfg.lr > 0.05 else 0.0))
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters, start_loss=2.3)
 
 
 def test_a_guess_goes_to_the_largest_rate_whose_probe_fell_below_the_labels_loss(sample_profile):
     """A blind ranking says little, and a run at too low a rate only goes slowly where one at too
-    high a rate stalls or diverges and re-tunes: the plan leads with the probe of the largest
-    learning rate whose loss fell below the labels' at all, not with the lowest loss."""
+    high a rate stalls or diverges and re-tunes: the plan leads with the leading setup's probe of
+    the largest learning rate whose loss fell below the labels' at all, not with the lowest loss."""
     found = planning.search(sample_profile, planning.Space(protocols=("sync",), layouts=("one-per-core",)), Blind())
-    assert found.ranked and found.planning.blind
+    assert found.ranked and found.planning.blind and found.planning.finalists == 0
     probed = [s for s in found.scored if s.probe is not None]
-    below = [s.config.lr for s in probed if s.probe.train_loss < Blind.label_loss]
     lowest = min(probed, key=lambda s: s.probe.train_loss)
+    mine = [s for s in probed if s.setup_key == lowest.setup_key]
+    below = [s.config.lr for s in mine if s.probe.train_loss < Blind.label_loss]
+    assert found.scored[0].setup_key == lowest.setup_key
     assert found.scored[0].config.lr == max(below) > lowest.config.lr
-    assert any(s.config.lr > max(below) for s in probed)           # a rate whose probe learned nothing is passed over
+    assert any(s.config.lr > max(below) for s in mine)             # a rate whose probe learned nothing is passed over
+
+
+def blind_scored(batch: int, lr: float, loss: float, reached: bool = False) -> Scored:
+    config = planning.Config("one-per-core", Sync(), (("cpu0", "cpu1"),), batch, lr, 0.9)
+    probe = ProbeResult(None, 100.0 if reached else None, reached, ((10, 0.2),), 0.0, 1.0,
+                        "reached" if reached else "not reached", train_loss=loss, iters=10)
+    return Scored(config, 0.01, probe)
+
+
+def test_a_guess_keeps_to_its_leading_setup_and_leaves_a_reached_target_alone():
+    """Probes of other setups trained for the same time, not the same iterations: the guess keeps
+    to the leader's setup. A leader that ranks by its time to target is no guess to re-lead; nor
+    is a setup none of whose probes fell below the labels' loss."""
+    lead, bold, other = blind_scored(64, 0.01, 2.10), blind_scored(64, 0.03, 2.20), blind_scored(8, 0.3, 2.15)
+    assert planning.ranking.boldest([lead, other, bold], 2.3) == [bold, lead, other]
+    assert planning.ranking.boldest([lead, other, bold], 2.15) == [lead, other, bold]   # bold is above 2.15
+    reached = blind_scored(64, 0.01, 2.25, reached=True)
+    assert planning.ranking.boldest([reached, bold], 2.3) == [reached, bold]
 
 
 class HighLoss(FakeProber):

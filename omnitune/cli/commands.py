@@ -152,13 +152,15 @@ def _render_plan(result, out_path: Path) -> None:
                  f"up to {planning.final.FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
                  if result.planning.finalists else "")
         if result.planning.blind:
+            lead = ("the lowest loss after the final round leads" if result.planning.finalists else
+                    "within the leading setup the largest learning rate whose probe's loss fell below it at all "
+                    "leads (a run at too high a rate stalls or diverges, which re-tunes it; at too low a rate it "
+                    "only goes slowly)")
             out.print(f"{chose}: a guess. No scout could predict the time to target, and no probe's training loss "
                       f"fell {planning.budget.LEARNED:.0%} below {result.planning.label_loss:.3f}, the loss of "
                       "predicting the training labels' frequencies: the probes had learned little from the inputs "
-                      "and their losses rank little. Of those whose loss fell below it at all, the one of the "
-                      "largest learning rate leads (a run at too high a rate stalls or diverges, which re-tunes "
-                      "it; at too low a rate it only goes slowly), else the lowest loss. The run re-tunes as it "
-                      f"learns (unless --no-retune), and a larger --budget-s probes for longer; {when}")
+                      f"and their losses rank little; {lead}. The run re-tunes as it learns (unless --no-retune), "
+                      f"and a larger --budget-s probes for longer; {when}")
         else:
             out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                       f"lowest training loss after equal training time (Omnivore's criterion; losses within "

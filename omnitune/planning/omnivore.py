@@ -77,8 +77,12 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
         "within the budget"
     labels = label_loss(prober)
     guess = guessed(scored, trials.phase.by_loss, labels, log)
-    if guess:
-        scored = boldest(scored, labels)
+    if guess and not finalists:       # a final round's longer training outweighs the short probes
+        led = boldest(scored, labels)
+        if led[0] is not scored[0]:
+            log(f"the guess goes to lr {led[0].config.lr:.3g} of the leading setup, the largest whose probe's loss "
+                f"fell below {labels:.3f}, from lr {scored[0].config.lr:.3g}")
+        scored = led
     return Search(scored, Planning(spending.elapsed(), runner.probes_run, b.seconds, b.full, reason,
                                    RANKED_BY_LOSS if trials.phase.by_loss else RANKED_BY_TIME, finalists=finalists,
                                    label_loss=labels, blind=guess))
@@ -90,5 +94,5 @@ def guessed(scored: list[Scored], by_loss: bool, labels: float | None, log: Call
     if not (by_loss and blind(scored, labels)):
         return False
     log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting the "
-        "training labels' frequencies: the ranking by loss is a guess, led by the largest rate whose loss fell below it")
+        "training labels' frequencies: the ranking by loss is a guess")
     return True

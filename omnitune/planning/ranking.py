@@ -83,17 +83,23 @@ def blind(scored: list[Scored], label_loss: float | None) -> bool:
 
 
 def boldest(scored: list[Scored], label_loss: float) -> list[Scored]:
-    """A blind ranking (`blind`) led by the probe of the largest effective learning rate whose
-    training loss fell below `label_loss` at all (its loss breaking a tie); as it was where none
-    did. Such probes have learned too little for their losses to rank them, and what a run does
-    with a wrong guess is not even: too high a rate stalls or diverges, which pauses the run to
-    re-tune, while too low a rate only goes slowly, which nothing catches before the run's
-    scheduled pause. Two of three blind plans of shapes-resnet on 2026-11-29 took lr 0.03 where
-    their probes at 0.1 had learned as little (training loss 2.11 against 2.25, the labels'
-    2.30); their runs reached 0.9 in 85 and 87 s, and at 0.1 in 78, 58 and 60 s; no pause came
-    before 318 s."""
-    below = [s for s in scored if s.probe is not None and s.probe.rankable and s.probe.train_loss is not None
-             and math.isfinite(s.probe.train_loss) and s.probe.train_loss < label_loss]
+    """A blind ranking (`blind`) led, within its leader's setup (layout, protocol, groups and
+    batch), by the probe of the largest effective learning rate whose training loss fell below
+    `label_loss` at all (its loss breaking a tie); as it was where none did, or where the leader
+    ranks by a time to target. Such probes have learned too little for their losses to rank them,
+    and what a run does with a wrong guess is not even: too high a rate stalls or diverges, which
+    pauses the run to re-tune, while too low a rate only goes slowly, which nothing catches before
+    the run's scheduled pause. Two of three blind plans of shapes-resnet on 2026-11-29 took lr
+    0.03 where their probes at 0.1 of the same setup had learned as little (training loss 2.11
+    against 2.25, the labels' 2.30); their runs reached 0.9 in 85 and 87 s, and at 0.1 in 78, 58
+    and 60 s; no pause came before 318 s. Setups are not compared here: their probes trained for
+    the same time, not the same iterations, and the leader's speed may have been timed."""
+    leader = scored[0] if scored else None
+    key = rank_key(leader.probe, leader.sec_per_iter, True) if leader is not None else None
+    if key is None or key[0] == 0:
+        return scored
+    below = [s for s in scored if s.setup_key == leader.setup_key and s.probe is not None and s.probe.rankable
+             and s.probe.train_loss is not None and math.isfinite(s.probe.train_loss) and s.probe.train_loss < label_loss]
     if not below:
         return scored
     pick = max(below, key=lambda s: (s.config.lr / s.config.variant.lr_gain, -s.probe.train_loss))

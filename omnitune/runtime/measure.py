@@ -51,10 +51,11 @@ class Settings:
     # protocols and its groups formed by speed, which the planner models and times by a real job
     # before they may win. None with `quick` (tests), whose few short jobs then all run.
     calibration_deadline_s: float = 10.0
-    # The planner's batches run to 256. A middle batch (64) bought no accuracy: over 44 configurations
-    # of four workloads at batches no job ran, 3 profiles each, the predictions erred by a median
-    # 10.6% with it and without (9.8% and 9.8% in a run before), and neither read faster; without
-    # it lenet-digits' profile took 9.0 s, not 11.1 (benchmarks.calibration; CHANGELOG, 2026-11-29).
+    # The planner's batches run to 256. A middle batch (64) bought no accuracy over all: over 44
+    # configurations of four workloads at batches no job ran, 3 profiles each, the predictions erred
+    # by a median 10.6% with it and without (9.8% and 9.8% in a run before), neither reading faster;
+    # per workload, 2-4 points either way. Without it lenet-digits' profile took 10.6 s, not 11.2
+    # (8.7 s, not 10.3, the run before) (benchmarks.calibration; CHANGELOG, 2026-11-29).
     calibrate_batches: tuple[int, ...] = (16, 256)
     # A slow model's smaller calibration batch may halve, down to this, while its job would run past
     # its seconds for the updates it must time (profile_worker.sized_specs). Off: on charlm-stdlib,

@@ -201,7 +201,7 @@ def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None 
     them a warm-up, in several times the time of one at a smaller batch. Where even the smallest
     batch's job would run past `calibrate_s` for its CALIBRATION_MIN_UPDATES updates and warm-up,
     that batch halves, down to `calibrate_least_batch` (by default the smallest batch itself:
-    halving made charlm-stdlib's predictions worse)."""
+    halving made charlm-stdlib's predictions worse; the groups formed by speed keep the first)."""
     first, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
     specs = job.calibration_specs if specs is None else specs
     if large <= first or any(s is None for s in steps) or not specs:
