@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
+from benchmarks.prediction import pct_err
 from omnitune import planning
 from omnitune.core.cluster import local_cluster
 from omnitune.core.protocols import Groups, Sync, from_key
@@ -100,10 +101,6 @@ def measure(name: str, c: Config, prof, runs: int) -> dict:
             "shape": Shape(c.groups, dict(spec.batch_size), c.variant, c.layout)}
 
 
-def err(pred: float, measured: float) -> float:
-    return abs(pred - measured) / measured
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="lenet-digits, one round, three configurations, one run each")
@@ -125,22 +122,24 @@ def main() -> None:
             m = measure(name, c, base, runs)
             shape = m.pop("shape")
             m["predicted"] = {arm: [planning.profiled(p)(shape, c.batch)[0] for p in ps] for arm, ps in profs.items()}
+            m["abs_err_pct"] = {arm: [pct_err(p, m["measured_sec_per_iter"]) for p in ps]
+                                for arm, ps in m["predicted"].items()}
             mine.append(m)
             print(f"{name} {c.layout} {c.variant.key} batch {c.batch}: measured {m['measured_sec_per_iter'] * 1e3:.2f} ms; "
                   + ", ".join(f"{a} {statistics.median(v) * 1e3:.2f}" for a, v in m["predicted"].items()), flush=True)
         configs_out += mine
         for arm in arms:
-            errs = sorted(err(p, m["measured_sec_per_iter"]) for m in mine for p in m["predicted"][arm])
+            errs = sorted(e for m in mine for e in m["abs_err_pct"][arm])
             secs = [x["profile_s"] for x in w if x["arm"] == arm]
             rows.append({"workload": name, "arm": arm, "profile_s": statistics.median(secs),
                          "profile_s_spread": [min(secs), max(secs)], "configurations": len(mine),
-                         "median_abs_err_pct": 100 * statistics.median(errs),
-                         "p90_abs_err_pct": 100 * errs[min(len(errs) - 1, int(0.9 * len(errs)))]})
+                         "median_abs_err_pct": statistics.median(errs),
+                         "p90_abs_err_pct": errs[min(len(errs) - 1, int(0.9 * len(errs)))]})
     first = next(iter(arms))
-    median_err = {arm: 100 * statistics.median(err(p, m["measured_sec_per_iter"]) for m in configs_out
-                                                for p in m["predicted"][arm]) for arm in arms}
+    median_err = {arm: statistics.median(e for m in configs_out for e in m["abs_err_pct"][arm]) for arm in arms}
+
     def per_config(m: dict, arm: str) -> float:
-        return statistics.median(err(p, m["measured_sec_per_iter"]) for p in m["predicted"][arm])
+        return statistics.median(m["abs_err_pct"][arm])
     against = {arm: {"nearer": sum(per_config(m, arm) < per_config(m, first) for m in configs_out),
                      "of": len(configs_out),
                      "median_ratio_to_first": statistics.median(

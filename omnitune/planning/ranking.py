@@ -70,6 +70,15 @@ def ordered(scored: list[Scored], by_loss: bool) -> list[Scored]:
     return [scored[i] for i in order]
 
 
+def ranked_loss(s: Scored) -> float | None:
+    """The training loss a probe ranks by: None where it has none (not probed, diverged, pruned,
+    or not finite)."""
+    r = s.probe
+    if r is None or not r.rankable or r.train_loss is None or not math.isfinite(r.train_loss):
+        return None
+    return r.train_loss
+
+
 def blind(scored: list[Scored], label_loss: float | None) -> bool:
     """Whether a ranking by training loss ranked noise: no probe's training loss fell LEARNED
     below `label_loss`, the loss of predicting the training labels' frequencies
@@ -77,8 +86,7 @@ def blind(scored: list[Scored], label_loss: float | None) -> bool:
     them is lowest says little of how their runs will go. The lowest probes of
     gru-count's five searches read 2.83-2.96 at 20-74 iterations against its labels' 2.82, and
     its runs leave that loss after 400-1,000 iterations. False where `label_loss` is unknown."""
-    losses = [x.probe.train_loss for x in scored if x.probe is not None and x.probe.rankable
-              and x.probe.train_loss is not None and math.isfinite(x.probe.train_loss)]
+    losses = [loss for loss in map(ranked_loss, scored) if loss is not None]
     return label_loss is not None and bool(losses) and min(losses) > (1 - LEARNED) * label_loss
 
 
@@ -98,8 +106,7 @@ def boldest(scored: list[Scored], label_loss: float) -> list[Scored]:
     key = rank_key(leader.probe, leader.sec_per_iter, True) if leader is not None else None
     if key is None or key[0] == 0:
         return scored
-    below = [s for s in scored if s.setup_key == leader.setup_key and s.probe is not None and s.probe.rankable
-             and s.probe.train_loss is not None and math.isfinite(s.probe.train_loss) and s.probe.train_loss < label_loss]
+    below = [s for s in scored if s.setup_key == leader.setup_key and (ranked_loss(s) or math.inf) < label_loss]
     if not below:
         return scored
     pick = max(below, key=lambda s: (s.config.lr / s.config.variant.lr_gain, -s.probe.train_loss))
