@@ -60,3 +60,24 @@ def test_a_process_sees_the_launching_commands_folder_and_omnitune_variables(tmp
                        lambda x: (x, os.getcwd(), {k: v for k, v in os.environ.items() if k.startswith("OMNITUNE_")},
                                   os.environ["OTHER_VARIABLE"]), 7)
     assert seen == (7, str(tmp_path), {"OMNITUNE_CACHE_DIR": "off"}, "kept")
+
+
+def _preloaded(queue) -> None:
+    import sys
+    queue.put(all(name in sys.modules for name in launch.PRELOAD))
+
+
+def test_the_fork_server_has_done_its_imports_once_ready():
+    """`profile` starts the fork server as the command starts and waits for it before any timing:
+    a process it forks then holds the preloaded modules without importing them itself."""
+    import multiprocessing
+    if launch.START_METHOD != "forkserver":
+        return
+    launch.start_server()
+    launch.server_ready()
+    ctx = multiprocessing.get_context("forkserver")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_preloaded, args=(queue,))
+    child.start()
+    assert queue.get(timeout=60)
+    child.join()

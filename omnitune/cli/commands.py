@@ -61,6 +61,8 @@ def profile(
                                             "of several nodes: run the same command on each"),
 ):
     """Measure each device's training throughput and the links between devices."""
+    from omnitune.runtime import launch
+    launch.start_server()        # its imports overlap this process's own; the profiler waits before timing
     from omnitune import api
     from omnitune.core.cluster import load_cluster, local_cluster
     try:

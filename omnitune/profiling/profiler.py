@@ -49,15 +49,18 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
     On a cluster of several nodes each node runs this with its `node_rank`; the node of the
     parameter-server rank gathers the measurements and returns the profile, the others None.
     """
+    biggest = concurrent_layout(cluster)
+    concurrent = cluster.layout(biggest)
+    if len(concurrent) > 1:
+        launch_mod.start_server()   # (the command may have started it already) its imports overlap ours
     wl = workload_mod.load(workload_spec)
     model = wl.build_model()
     datasets = wl.build_datasets(data_dir, 0)
     train = datasets[0]
-    biggest = concurrent_layout(cluster)
-    concurrent = cluster.layout(biggest)
     # Rank 0 plays the parameter server on the server's node; rank i runs device i - 1 where it is.
     everyone = placed_nodes([(cluster.server_node, cluster.server_host)] + [(d.node, d.host) for d in concurrent])
     here = launch_mod.pick_node(everyone, cluster.rendezvous, node_rank, "the cluster spec")
+    launch_mod.server_ready()       # started by the command, importing beside it: not beside a timing
     network, calibration = None, []
     modelled = in_between(cluster, biggest) if len(concurrent) > 1 else {}
     devices = outside(cluster, biggest, wl, train, settings, progress, skip=set(modelled)) \
