@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import omnitune.runtime.quick_exit  # noqa: F401  (a command ends without its last collections)
 from omnitune.core.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -148,7 +148,8 @@ RDZV_BACKEND = "omnitune-c10d"
 # server (CHANGELOG, issue 37), and a re-tuning pause relaunches. The server is a fresh process
 # (no CUDA, no threads), which CUDA allows where it forbids a plain fork.
 START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-PRELOAD = ["torch", "torch.distributed", "omnitune.runtime.process", "omnitune.runtime.profile_worker"]
+PRELOAD = ["torch", "torch.distributed", "omnitune.runtime.process", "omnitune.runtime.profile_worker",
+           "omnitune.runtime.quick_exit"]
 CALLERS_ENV = "OMNITUNE_"      # a process sees the launching command's variables of this prefix as they are now
 
 
