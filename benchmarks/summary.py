@@ -54,7 +54,8 @@ TABLES = {
                                     "plan_time_to_target_s", "plan_over_best"])],
     "retune_proxy": [("picks", ["workload", "checkpoint", "fastest_lr", "fastest_iters", "raw_30", "cooled_30", "rule_30",
                                 "rule_30_stalled", "raw_300", "cooled_300", "rule_300"])],
-    "tiny_job": [("rows", ["seed", "plan_s", "run_s", "total_s", "predicted_s", "time_to_target_s", "reached"])],
+    "tiny_job": [("rows", ["seed", "plan_s", "run_s", "total_s", "predicted_s", "time_to_target_s", "reached",
+                           "one_command_s", "one_command_reached"])],
     "retune": [("rows", ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs",
                          "batches", "retuned_over_pinned", "batches_over_rates_only"])],
 }

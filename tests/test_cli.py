@@ -209,6 +209,28 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert plan.with_suffix(".study.jsonl").is_file()       # the probes, kept for a resumed `plan`
 
 
+def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
+    r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-accuracy", "0.9", "--quick",
+                            "--budget-s", "4", "--max-time-s", "60", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    prof, plan = json.loads((tmp_path / "profile.json").read_text()), json.loads((tmp_path / "plan.json").read_text())
+    assert prof["workload"] == "lenet-digits" and prof["quick"]
+    assert plan["profile"] == "profile.json"          # planned on the profile it measured, beside it
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reached_target"] and summary["predicted_time_to_target_s"] == plan["prediction"]["time_to_target_s"]
+    assert f"wrote {tmp_path / 'profile.json'}" in r.output.replace("\n", "")
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "give one target"),
+    (["--target-accuracy", "0.9", "--max-time-s", "0"], "--max-time-s must be positive"),
+    (["--target-accuracy", "0.9", "--profile", "missing.json"], "missing.json: file not found"),
+])
+def test_train_checks_its_options_before_it_profiles(tmp_path, args, needle):
+    fails_cleanly(["train", "--workload", "lenet-digits", "--out-dir", str(tmp_path), *args], needle)
+    assert not (tmp_path / "profile.json").exists()
+
+
 def test_run_names_a_missing_start_checkpoint(tmp_path):
     plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])
     data = json.loads(plan.read_text())

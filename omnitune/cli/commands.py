@@ -76,6 +76,10 @@ def profile(
         spec = load_cluster(cluster) if cluster else local_cluster()
         out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
         return
+    _render_profile(prof, out_path)
+
+
+def _render_profile(prof, out_path: Path) -> None:
     table = Table(title=f"{prof.workload}: {prof.model_params:,} parameters")
     for col in ("device", "threads", "batch 1 (samples/s)", "best (samples/s)", "at batch", "gain"):
         table.add_column(col, justify="right")
@@ -265,7 +269,6 @@ def run(
     printing = print_commands or fmt != "shell"
     if not printing:
         launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
-    from omnitune import api
     from omnitune.runtime import job, slurm
     if printing:
         try:
@@ -287,13 +290,66 @@ def run(
                                  replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
                                  max_restarts=max_restarts, node_rank=node_rank, retune=retune,
                                  stop_on_stall=stop_on_stall)
-        waiting = "" if node_rank is None else f"node {node_rank}: waiting for every node to join, then "
-        with console.status(f"{waiting}running {plan_path}…") as status:
-            with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):
-                summary = api.run(plan_path, out_dir, options, notice=lambda text: console.print(f"note: {text}"))
+        summary = _execute(plan_path, out_dir, options)
     except UserError as e:
         _fail(e)
     _render_summary(summary, plan_path, out_dir, node_rank)
+
+
+def _execute(plan_path: Path, out_dir: Path, options):
+    """The plan's run, with its ETA on the status line: `run`'s and `train`'s."""
+    from omnitune import api
+    waiting = "" if options.node_rank is None else f"node {options.node_rank}: waiting for every node to join, then "
+    with console.status(f"{waiting}running {plan_path}…") as status:
+        with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):
+            return api.run(plan_path, out_dir, options, notice=lambda text: console.print(f"note: {text}"))
+
+
+@app.command()
+def train(
+    workload: str = typer.Option(..., help="NAME: ./models/NAME.py, else the bundled workload NAME; or a path "
+                                 "to a workload file"),
+    target_accuracy: Optional[float] = typer.Option(None, help="test accuracy to reach, in (0, 1]"),
+    target_loss: Optional[float] = typer.Option(None, help="instead: a test loss to get under"),
+    out_dir: Path = typer.Option(..., help="where the profile, the plan and the run's files go"),
+    profile_path: Optional[Path] = typer.Option(None, "--profile", help="a profile of this machine to plan on "
+                                                "(default: measure one, written to OUT_DIR/profile.json)"),
+    data_dir: Optional[str] = typer.Option(None, help="local data for workloads that read files"),
+    quick: bool = typer.Option(False, help="a cheaper profile, as `profile --quick`"),
+    seed: int = typer.Option(0),
+    budget_s: Optional[float] = typer.Option(None, help="most seconds to spend on probes (default: sized to "
+                                             "the job)"),
+    max_time_s: float = typer.Option(300.0, help="stop training after this many seconds"),
+    retune: bool = typer.Option(True, "--retune/--no-retune", help="re-tune in the run, as `run` does; "
+                                "--no-retune runs the plan as it is"),
+):
+    """Profile this machine, plan and run, in one command: `profile`, `plan` and `run` with their
+    defaults, without the start-up of each (a second or three apiece)."""
+    from omnitune.runtime import launch
+    launch.start_server()        # warm for the profile's jobs and the run's processes alike
+    from omnitune import api
+    from omnitune.planning.request import PlanRequest
+    from omnitune.runtime import job
+    plan_path = out_dir / "plan.json"
+    measured = profile_path is None
+    try:
+        # Every option is checked before the profile's seconds are spent.
+        request = PlanRequest(workload, target_accuracy, profile_path or out_dir / "profile.json", None, plan_path,
+                              data_dir, seed=seed, budget_s=budget_s, target_loss=target_loss)
+        options = job.RunOptions(max_time_s=max_time_s, retune=retune)
+        if measured:
+            with console.status("profiling…") as status:
+                prof = api.profile(workload, request.profile, None, data_dir, quick,
+                                   progress=lambda m: status.update(f"profiling: {m}"))
+            _render_profile(prof, request.profile)
+        with console.status("planning…") as status:
+            result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
+                              notice=lambda m: console.print(m, highlight=False))
+        _render_plan(result, plan_path)
+        summary = _execute(plan_path, out_dir, options)
+    except (ValueError, UserError) as e:
+        _fail(UserError(str(e)))
+    _render_summary(summary, plan_path, out_dir, None)
 
 
 def _eta_recap(out_dir: Path, summary) -> str | None:
