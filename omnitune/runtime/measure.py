@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from torch.utils.data import TensorDataset
 
 from omnitune.core.cluster import Device
 from omnitune.core.errors import UserError
@@ -125,6 +126,16 @@ class StepTimer:
         self.opt = optimizer(self.model.parameters(), 1e-3, 0.9, wl.recipe)      # the run's update, as it costs
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
+    def stream(self, batch: int):
+        """Batches of random samples, gathered as the runtime's are (workload.collate, on the
+        device where its tensors are), with no epoch order: the run's, a shuffle of the shard,
+        costs its stream's start, not a step, and a profile times ten sizes."""
+        where = self.train.tensors[0].device if isinstance(self.train, TensorDataset) else torch.device("cpu")
+        rng = torch.Generator(device=where).manual_seed(batch)     # drawn where the tensors are: no copy
+        n = len(self.train)
+        while True:
+            yield workload_mod.collate(self.train, torch.randint(n, (batch,), generator=rng, device=where))
+
     def time(self, batch: int, s: Settings, first: bool = True) -> list[float] | None:
         """Seconds of steps at `batch` for one pass (size_s / passes; at least 3 in the first pass,
         after warm-up, and 1 in a later one), or None when it does not fit in memory.
@@ -132,7 +143,7 @@ class StepTimer:
         A step's batch, activations and loss are locals of `step`, gone when it returns, so no
         size keeps a tensor of the one before it: only the gradients and the optimizer's state,
         the model's size, stay between sizes."""
-        stream = workload_mod.batches(self.train, batch, seed=0)
+        stream = self.stream(batch)
 
         def step():
             # The batch is drawn inside the timed step, as the runtime's loop draws it.
