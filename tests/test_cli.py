@@ -219,15 +219,28 @@ def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reached_target"] and summary["predicted_time_to_target_s"] == plan["prediction"]["time_to_target_s"]
     assert f"wrote {tmp_path / 'profile.json'}" in r.output.replace("\n", "")
+    # On the profile it measured, a run that misses its target exits with 1, as `run` does.
+    r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-accuracy", "1.0", "--budget-s", "1",
+                            "--max-time-s", "2", "--profile", str(tmp_path / "profile.json"),
+                            "--out-dir", str(tmp_path / "missed")])
+    assert r.exit_code == 1, r.output
+    assert not json.loads((tmp_path / "missed" / "summary.json").read_text())["reached_target"]
 
 
 @pytest.mark.parametrize("args, needle", [
     ([], "give one target"),
     (["--target-accuracy", "0.9", "--max-time-s", "0"], "--max-time-s must be positive"),
     (["--target-accuracy", "0.9", "--profile", "missing.json"], "missing.json: file not found"),
+    (["--target-accuracy", "0.9", "--profile", str(DATA / "profile-h200-shapes-resnet.json")], "not of this machine"),
+    (["--target-accuracy", "0.9", "--profile", str(DATA / "profile-v1.json"), "--quick"], "--quick"),
+    (["--target-accuracy", "0.9", "--out-dir", "FILE"], "--out-dir"),
 ])
 def test_train_checks_its_options_before_it_profiles(tmp_path, args, needle):
-    fails_cleanly(["train", "--workload", "lenet-digits", "--out-dir", str(tmp_path), *args], needle)
+    """Each bad option ends the command before the profile's seconds are spent."""
+    (tmp_path / "file").write_text("")
+    args = [str(tmp_path / "file") if a == "FILE" else a for a in args]
+    out_dir = [] if "--out-dir" in args else ["--out-dir", str(tmp_path)]
+    fails_cleanly(["train", "--workload", "lenet-digits", *out_dir, *args], needle)
     assert not (tmp_path / "profile.json").exists()
 
 

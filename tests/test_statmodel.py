@@ -127,3 +127,12 @@ def test_fit_momentum_recovers_heavy_ball_on_a_quadratic():
     reading = statmodel.fit_momentum(np.array(steps), np.array(grads), lr=lr, explicit=mu)
     assert reading.total == pytest.approx(mu, abs=1e-6) and reading.implicit == pytest.approx(0, abs=1e-6)
     assert reading.r2 > 0.99
+
+
+def test_no_pace_reaches_a_perfect_score():
+    """A target accuracy of 1 (allowed: (0, 1]) is an error of 0, which a log-linear pace never
+    reaches: no crossing, where it raised a math domain error in the run's ETA thread."""
+    iters = [10, 20, 30, 40, 50, 60, 70, 80]
+    accuracy = [0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.96]
+    assert statmodel.pace_crossing(iters, accuracy, 1.0) is None
+    assert statmodel.pace_crossing(iters, accuracy, 0.99) > 80

@@ -330,6 +330,8 @@ def train(
     from omnitune import api
     from omnitune.planning.request import PlanRequest
     from omnitune.runtime import job
+    from omnitune.core import profile as profile_mod
+    from omnitune.probing import timing
     plan_path = out_dir / "plan.json"
     measured = profile_path is None
     try:
@@ -337,6 +339,17 @@ def train(
         request = PlanRequest(workload, target_accuracy, profile_path or out_dir / "profile.json", None, plan_path,
                               data_dir, seed=seed, budget_s=budget_s, target_loss=target_loss)
         options = job.RunOptions(max_time_s=max_time_s, retune=retune)
+        if quick and not measured:
+            raise UserError("--quick measures a cheaper profile: not with --profile, which is measured already")
+        if not measured:
+            elsewhere = timing.here(profile_mod.load(profile_path))
+            if elsewhere:
+                raise UserError(f"--profile {profile_path}: not of this machine ({elsewhere}); `train` runs here: "
+                                "plan for another machine with `omnitune plan`")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"--out-dir {out_dir}: {e.strerror or e}") from None
         if measured:
             with console.status("profiling…") as status:
                 prof = api.profile(workload, request.profile, None, data_dir, quick,
@@ -345,10 +358,13 @@ def train(
         with console.status("planning…") as status:
             result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
                               notice=lambda m: console.print(m, highlight=False))
-        _render_plan(result, plan_path)
-        summary = _execute(plan_path, out_dir, options)
     except (ValueError, UserError) as e:
         _fail(UserError(str(e)))
+    _render_plan(result, plan_path)
+    try:
+        summary = _execute(plan_path, out_dir, options)
+    except UserError as e:
+        _fail(e)
     _render_summary(summary, plan_path, out_dir, None)
 
 

@@ -106,9 +106,9 @@ def pace_line(t: np.ndarray, e: np.ndarray, test_size: int | None = None) -> tup
 def pace_crossing(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
     """Where the error reaches 1 - target if it keeps falling by the same factor per iteration as
     over the curve's recent part (log error linear in t): the band's optimistic end. None when the
-    recent error does not fall."""
+    recent error does not fall, or the target is a perfect score (no pace reaches an error of 0)."""
     t, e = recent(iters, accuracy)
-    if len(t) < 4:
+    if len(t) < 4 or target >= 1.0:
         return None
     slope, at0 = pace_line(t, e, test_size)
     if slope >= 0:

@@ -126,15 +126,22 @@ class StepTimer:
         self.opt = optimizer(self.model.parameters(), 1e-3, 0.9, wl.recipe)      # the run's update, as it costs
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def stream(self, batch: int):
-        """Batches of random samples, gathered as the runtime's are (workload.collate, on the
-        device where its tensors are), with no epoch order: the run's, a shuffle of the shard,
-        costs its stream's start, not a step, and a profile times ten sizes."""
-        where = self.train.tensors[0].device if isinstance(self.train, TensorDataset) else torch.device("cpu")
-        rng = torch.Generator(device=where).manual_seed(batch)     # drawn where the tensors are: no copy
+    def stream(self, batch: int, steps: int = 16):
+        """Batches of random samples with no epoch order: the run's, a shuffle of the shard, costs
+        its stream's start, not a step, and a profile times ten sizes. Indices for `steps` steps are
+        drawn at once where the tensors are, and each step's batch gathers a slice of them, as
+        the runtime's gathers a slice of its epoch's order."""
         n = len(self.train)
+        if n == 0:
+            raise UserError(f"profile: the workload's training set is empty ({self.name})")
+        tensors = isinstance(self.train, TensorDataset)
+        where = self.train.tensors[0].device if tensors else torch.device("cpu")
+        rng = torch.Generator(device=where).manual_seed(batch)
         while True:
-            yield workload_mod.collate(self.train, torch.randint(n, (batch,), generator=rng, device=where))
+            drawn = torch.randint(n, (steps * batch,), generator=rng, device=where)
+            drawn = drawn if tensors else drawn.numpy()         # as `batches` hands a dataset's indices
+            for k in range(steps):
+                yield workload_mod.collate(self.train, drawn[k * batch:(k + 1) * batch])
 
     def time(self, batch: int, s: Settings, first: bool = True) -> list[float] | None:
         """Seconds of steps at `batch` for one pass (size_s / passes; at least 3 in the first pass,
