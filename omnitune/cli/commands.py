@@ -127,18 +127,23 @@ def plan(
                                         "short real job before it may win (only on the profiled machine)"),
 ):
     """Predict time to target for each configuration and write the fastest as a plan."""
-    from omnitune import api
     from omnitune.planning.request import PlanRequest
     try:
         request = PlanRequest(workload, target_accuracy, profile_path, cluster, out_path, data_dir, protocol, groups,
                               batch_size, lr, momentum, seed, probe_iters, budget_s, predict_s, hardware_model,
                               time_finalists, target_loss, weight_decay)
-        with console.status("planning…") as status:
-            result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
-                              notice=lambda m: console.print(m, highlight=False))
+        result = _planned(request)
     except (ValueError, UserError) as e:
         _fail(UserError(str(e)))
     _render_plan(result, out_path)
+
+
+def _planned(request):
+    """`plan`'s search, with its progress on the status line: `plan`'s and `train`'s."""
+    from omnitune import api
+    with console.status("planning…") as status:
+        return api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
+                        notice=lambda m: console.print(m, highlight=False))
 
 
 def _render_plan(result, out_path: Path) -> None:
@@ -355,9 +360,7 @@ def train(
                 prof = api.profile(workload, request.profile, None, data_dir, quick,
                                    progress=lambda m: status.update(f"profiling: {m}"))
             _render_profile(prof, request.profile)
-        with console.status("planning…") as status:
-            result = api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
-                              notice=lambda m: console.print(m, highlight=False))
+        result = _planned(request)
     except (ValueError, UserError) as e:
         _fail(UserError(str(e)))
     _render_plan(result, plan_path)
