@@ -1,5 +1,8 @@
 """The README's quickstart runs as written: every `$ omnitune ...` line of its code block, in
-order, in an empty folder, with `--quick` added to `profile` (a profile of a few seconds)."""
+order, in an empty folder. Its profile is the full one a user takes (about 15 s): with `--quick`
+(batches up to 64) teacher-mlp's plan could be batch 64 at lr 0.1, whose accuracy levels off
+near 0.91, below the quickstart's 0.95, and the test then turned on which rate the probes
+favoured (CHANGELOG, 2026-11-29)."""
 
 import shlex
 import subprocess
@@ -26,7 +29,7 @@ def test_the_readme_quickstart_runs_as_written(tmp_path):
     """Fails if a command of the quickstart is refused, fails, or the run misses its target (exit 1)."""
     command = Path(sys.executable).parent / "omnitune"
     for args in quickstart_commands():
-        args = args[1:] + (["--quick"] if args[1] == "profile" else [])
+        args = args[1:]
         r = subprocess.run([str(command), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, (args, r.stdout[-3000:], r.stderr[-3000:])
     assert (tmp_path / "runs" / "demo" / "summary.json").is_file()
