@@ -220,7 +220,7 @@ def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
     assert summary["reached_target"] and summary["predicted_time_to_target_s"] == plan["prediction"]["time_to_target_s"]
     assert f"wrote {tmp_path / 'profile.json'}" in r.output.replace("\n", "")
     # On the profile it measured, a run that misses its target exits with 1, as `run` does.
-    r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-accuracy", "1.0", "--budget-s", "1",
+    r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-loss", "1e-6", "--budget-s", "1",
                             "--max-time-s", "2", "--profile", str(tmp_path / "profile.json"),
                             "--out-dir", str(tmp_path / "missed")])
     assert r.exit_code == 1, r.output
