@@ -80,6 +80,96 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     assert read[0] == 0.1 and set(read) == {0.1, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
 
 
+def test_a_plateau_lowers_the_rate_a_step_only_for_a_large_gain():
+    """retune.plateau on teacher-mlp's long readings (2026-11-29, 300 updates, raw validation loss
+    on two batch orders): at batch 64, lr 0.1, levelled off at 0.90, a third of the rate read
+    19.7% lower and is taken; on a run still climbing (batch 256, lr 0.04 at 43 s) it read 7.1%
+    lower, and the rate stays. A gain within the third's spread over its repeats, or a reading
+    that is not finite, changes nothing; the current rate's own spread is no shield. Fails if the
+    rule lowers the rate on any lower reading, or by more than a step, or keeps a swinging rate."""
+    def pair(lr, now, third):
+        return {retune.Setting(lr, 0.9): readings(*((x, x) for x in now)),
+                retune.Setting(retune.rate(lr, 1 / 3), 0.9): readings(*((x, x) for x in third))}
+    flat = retune.plateau(retune.Setting(0.1, 0.9), pair(0.1, (0.3577, 0.3520), (0.2980, 0.2721)))
+    assert flat.switched and flat.setting == retune.Setting(0.0333, 0.9) and "plateau" in flat.reason
+    climbing = retune.plateau(retune.Setting(0.04, 0.9), pair(0.04, (0.1741, 0.1644), (0.1612, 0.1532)))
+    assert not climbing.switched and climbing.setting == retune.Setting(0.04, 0.9)
+    unsure = retune.plateau(retune.Setting(0.1, 0.9), pair(0.1, (0.35, 0.35), (0.20, 0.40)))
+    assert not unsure.switched          # 0.05 lower, 14% of 0.35, but the third's repeats spread 0.20
+    swinging = retune.plateau(retune.Setting(0.1, 0.9), pair(0.1, (0.304, 0.416), (0.250, 0.274)))
+    assert swinging.switched            # 0.098 lower; the current rate's spread 0.112 is its own swinging
+    broken = pair(0.1, (0.35,), (math.inf,))
+    assert not retune.plateau(retune.Setting(0.1, 0.9), broken).switched
+
+
+def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_path, monkeypatch):
+    """pause.retune told "plateau" (a stall on its way) reads as on schedule, no lower rate among
+    its short readings; where nothing wins there, it reads the current rate and a third of it for
+    PLATEAU_UPDATES times its updates with no cool-down, on a second batch order only where the
+    first passes the gain, and goes on at the third where it gains (recorded under "plateau").
+    Fails if the plateau check is skipped, or read short."""
+    import torch
+
+    from omnitune.probing import pause
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
+    read = []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
+        read.append((setting.lr, iters, cool))
+        loss = 0.30 if setting.lr < 0.1 and iters > 10 else 0.40
+        return Reading(loss, loss, 0.0)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    new, record = pause.retune(spec, ckpt, "plateau", iters=10)
+    short = [lr for lr, iters, _ in read if iters == 10]
+    assert min(short) >= 0.1                  # on schedule: no lower rate among the short readings
+    long = [(lr, cool) for lr, iters, cool in read if iters == 10 * retune.PLATEAU_UPDATES]
+    assert sorted(long) == [(0.0333, False)] * 2 + [(0.1, False)] * 2
+    assert new.lr == 0.0333 and record["switched"] and "plateau" in record["reason"]
+    assert record["plateau"]["updates"] == 100 and len(record["plateau"]["readings"]) == 2
+    read.clear()
+    monkeypatch.setattr(pause, "pause_reading", lambda *a, **k: read.append(a[6:]) or Reading(0.4, 0.4, 0.0))
+    new, record = pause.retune(spec, ckpt, "plateau", iters=10)
+    assert not record["switched"] and new.lr == 0.1 and len(record["plateau"]["readings"]) == 2
+    assert sum(1 for r in read if r[1] == 100) == 2       # no gain on the first order: no second
+
+
+def test_a_plateau_check_overrides_the_goodputs_batch(tmp_path, monkeypatch):
+    """At a "plateau" pause whose short readings take the goodput's larger batch (at AdaScale's
+    rate, which keeps the noise the run levelled off at), the plateau check still runs, and where
+    a third of the rate gains it wins: the run goes on at the third, at its own batch. Where the
+    check finds no plateau, the goodput's batch stands. Fails if the growth skips the check."""
+    import torch
+
+    from omnitune.probing import pause
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
+    bigger = retune.Setting(0.2, 0.9, 4.0)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    monkeypatch.setattr(pause, "noise_and_growth", lambda *a: (500.0, (bigger, 1.5)))
+    monkeypatch.setattr(pause, "timed_scales", lambda *a: None)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+
+    def reading(third_long: float):
+        def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
+            long = iters == 10 * retune.PLATEAU_UPDATES
+            loss = third_long if long and setting.lr < 0.1 else 0.40
+            return Reading(loss, loss, 0.0)
+        return fake
+    monkeypatch.setattr(pause, "pause_reading", reading(0.30))
+    new, record = pause.retune(spec, ckpt, "plateau", iters=10, step_s=calibrated_step_s())
+    assert new.lr == 0.0333 and dict(new.batch_size) == dict(spec.batch_size) and "plateau" in record
+    monkeypatch.setattr(pause, "pause_reading", reading(0.40))
+    new, record = pause.retune(spec, ckpt, "plateau", iters=10, step_s=calibrated_step_s())
+    assert new.lr == 0.2 and new.batch_size["cpu0"] == 64 and "no plateau" in record["plateau"]["reason"]
+
+
 def test_a_diverged_runs_pause_reads_no_larger_rate_and_weighs_no_growth(tmp_path, monkeypatch):
     """A run whose loss diverged at lr 0.1 pauses (why "divergence"): its pause reads the current
     rate again from the checkpoint and the lower ones, and neither three times the rate, nor twice
@@ -531,17 +621,17 @@ def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     assert retune.lowest(False) == 1.0 and retune.lowest(True) == retune.STALL_STEP and retune.lowest(True, True) == 0
 
 
-@pytest.mark.parametrize("last, flag, told", [(2200, "stalled", "schedule"), (2600, "stalled", "schedule"),
-                                              (None, "stalled", "stall"), (2200, "off_pace", "schedule"),
+@pytest.mark.parametrize("last, flag, told", [(2200, "stalled", "plateau"), (2600, "stalled", "plateau"),
+                                              (None, "stalled", "stall"), (2200, "off_pace", "plateau"),
                                               (2600, "off_pace", "off pace")])
-def test_a_stall_on_its_way_and_off_pace_before_half_way_pause_as_the_schedule_does(tmp_path, monkeypatch,
-                                                                                   last, flag, told):
+def test_a_stall_on_its_way_and_off_pace_before_half_way_pause_for_a_plateau_check(tmp_path, monkeypatch,
+                                                                                 last, flag, told):
     """run_with_replans on a fake clock: the segment ends stalled (or off pace); its readings'
     error halves every 1,000 iterations from 0.5, so the recent pace crosses 0.985 at 5,059. A
-    stall whose pace gets there is told "schedule" (no lower rate is read), kept in replans.jsonl
-    as `early`, at 2,200 and at 2,600 alike; with readings flat at 0.9 the pace never gets there,
-    and a stall is a stall. Off pace, the run is told "schedule" short of half way (2,200) and
-    "off pace" past it (2,600). Fails if a stall on its way, or an early off-pace run, may lower
+    stall whose pace gets there is told "plateau" (read as on schedule, then the plateau check),
+    kept in replans.jsonl as `early`, at 2,200 and at 2,600 alike; with readings flat at 0.9 the
+    pace never gets there, and a stall is a stall. Off pace, the run is told "plateau" short of
+    half way (2,200) and "off pace" past it (2,600). Fails if a stall on its way, or an early off-pace run, may lower
     the rate."""
     import json
     from dataclasses import replace
@@ -580,7 +670,7 @@ def test_a_stall_on_its_way_and_off_pace_before_half_way_pause_as_the_schedule_d
     job.run_with_replans(plan, replace(args, max_time_s=100), None, replan, first_pause_s=0.1, restart_s=job.RESUME_S)
     assert told_why == [told]
     record = json.loads((run_dir / "replans.jsonl").read_text().splitlines()[0])
-    assert record.get("early") == ({"stalled": "stall", "off_pace": "off pace"}[flag] if told == "schedule" else None)
+    assert record.get("early") == ({"stalled": "stall", "off_pace": "off pace"}[flag] if told == "plateau" else None)
     assert (record["way"] is None) == (last is None)
 
 

@@ -41,6 +41,10 @@ against 10,300. So a pause lowers the rate only where the run's own readings say
 target within its time limit, past half its way: runtime/job.py, runtime/monitor.py) or the
 cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
 a third at most (`lowest`): an early stall read a tenth as better and left a run short.
+A stall on the way is checked for a plateau instead (`plateau`): the
+current rate and a third of it train PLATEAU_UPDATES times a pause's updates each, and the rate
+drops a step only where the third reads PLATEAU_GAIN lower. A rate too high to settle sits in its
+noise and gains that much at once; a run still climbing does not.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
 prices: 6 readings, the repeats counted and ×10 passed over, not 9). One whose current setting
@@ -80,6 +84,9 @@ STALL_STEP = 1 / 3       # a stalled run's pause lowers the rate per sample at m
 ROUNDING = 0.01          # rates per sample this close are the same: `rate` keeps 3 digits (0.04 / 3 = 0.0133)
 COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
 COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
+
+PLATEAU_UPDATES = 10     # a plateau check reads the current rate and a third of it this many times a pause's updates
+PLATEAU_GAIN = 0.12      # and lowers the rate where the third's validation loss is this much lower (`plateau`)
 
 BATCH_STEPS = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
 PROTOCOL_GAIN = 0.1      # another protocol is a candidate where it trains this much more samples a second
@@ -365,6 +372,38 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
                                  "are within the noise of the current setting's or better"), readings, target)
         d = replace(d, reason=f"{d.reason}; the batch {growth.batch:g}x the goodput favours {why}")
     return cool(d, readings, target)
+
+
+def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decision:
+    """A pause of a run that stalled while its recent pace still gets to the target (a "plateau"
+    pause, runtime/job.py) reads `current` and a third of its rate (`step_down`), long
+    (PLATEAU_UPDATES times a pause's updates, no cool-down). The run takes the third where its raw
+    validation loss is lower by more than PLATEAU_GAIN of the current one's and more than the
+    third's spread over its repeats: a rate that sits in its own noise. The current rate's own
+    spread is no shield (as in `vetoed`): readings that swing are what a rate too high to settle
+    gives (teacher-mlp at batch 64, lr 0.1: 0.304 and 0.416 against a third's 0.250 and 0.274; its
+    run stayed, and missed its target). From teacher-mlp's checkpoints
+    (2026-11-29, 300 updates, two batch orders), a third of the rate read 19.7% lower at batch 64,
+    lr 0.1, levelled off at accuracy 0.90 for 45 s (that third then reached 0.95 in 18 s, the rate
+    itself not in 30), and 7.1% and 3.1% lower on runs still climbing to 0.985 (batch 256, lr 0.04
+    at 43 s; batch 128, lr 0.01 at 55 s), where a short reading's lower loss is short-horizon bias."""
+    lower = step_down(current)
+    raw = means(readings, "raw")
+    if current not in raw or lower not in raw:
+        return Decision(current, False, 0.0, "plateau check: a reading was not finite; no change")
+    lower_by = raw[current] - raw[lower]
+    need = max(noise([r.raw for r in readings[lower]]), PLATEAU_GAIN * raw[current])
+    if lower_by > need:
+        return Decision(lower, True, need, f"plateau: a third of the rate read validation loss {lower_by:.4f} lower "
+                        f"after {PLATEAU_UPDATES}x a pause's updates, beyond {PLATEAU_GAIN:.0%} of the current loss "
+                        f"and the noise ({need:.4f})")
+    return Decision(current, False, need, f"no plateau: a third of the rate read validation loss {lower_by:.4f} "
+                    f"lower after {PLATEAU_UPDATES}x a pause's updates, within {need:.4f}")
+
+
+def step_down(current: Setting) -> Setting:
+    """`current` at a third of its rate (STALL_STEP), its batch and momentum as they are."""
+    return Setting(*current)._replace(lr=rate(current.lr, STALL_STEP))
 
 
 def vetoed(readings: dict[Setting, list[Reading]], current: Setting, growth: Setting) -> str:

@@ -30,11 +30,11 @@ FORWARD_SHARE = 1 / 3       # an evaluation's forward pass costs about this shar
 
 
 def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting: retune_mod.Setting,
-                  batches: int, iters: int) -> retune_mod.Reading:
+                  batches: int, iters: int, cool: bool = True) -> retune_mod.Reading:
     """One candidate at a pause: `iters` updates at `setting` from the checkpoint `state` with the
     protocol's own emulation (data order `batches`), then its cool-down (retune.cooldown) at
     COOL_RATE of its rate; the validation loss on `held` before and after the cool-down, and the
-    target's score after it."""
+    target's score after it. Without `cool`, no cool-down: both losses are the raw one."""
     lr, momentum = setting[:2]
     emu = emulator(wl, train, probe_config(retune_mod.shaped(spec, setting), lr, momentum), batches, state["model"],
                    state["optimizer"], horizon=spec.horizon)
@@ -42,7 +42,9 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     for _ in range(iters):
         if not math.isfinite(emu.step()):
             return diverged
-    raw = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[0]
+    raw, raw_accuracy = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[:2]
+    if not cool:
+        return retune_mod.Reading(raw, raw, spec.target.score_of(raw, raw_accuracy) if spec.target else -math.inf)
     emu.set_rate(lr * retune_mod.COOL_RATE)
     for _ in range(retune_mod.cooldown(iters)):
         if not math.isfinite(emu.step()):
@@ -195,7 +197,10 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     `why` the run paused: "schedule", "stall" (stalled), "off pace" (stalled, and at its pace
     the run misses its target within its time limit, so a challenger needs no margin) or
     "divergence" (stalled, and the run's loss diverged at its current setting, so the best
-    reading wins, no margin asked).
+    reading wins, no margin asked) or "plateau" (stalled while its recent pace still gets to the
+    target: read as on schedule, and where nothing but the goodput's batch is switched to, the
+    current rate and a third of it are read for retune.PLATEAU_UPDATES times `iters` and compared
+    by retune.plateau, which wins where it lowers the rate).
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
     the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
@@ -243,6 +248,14 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     target = spec.target.score if spec.target else math.inf
     decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
                                  growth[0] if growth else None)
+    # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
+    # keeps the run's noise where it levelled off (AdaScale: teacher-mlp grew from batch 64 at lr
+    # 0.1 to 512 at 0.725, sitting near 0.92 all the while).
+    grew = growth is not None and decision.setting == growth[0]
+    checked = plateau_check(wl, train, held, spec, state, iters) if why == "plateau" and (
+        not decision.switched or grew) else None
+    if checked and checked[0].switched:
+        decision = checked[0]
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
@@ -257,4 +270,23 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
                              "loss": float(np.mean([r.cooled for r in v])),
                              "raw_loss": float(np.mean([r.raw for r in v])),
                              "repeats": [r.cooled for r in v]}
-                            for s, v in readings.items()]}
+                            for s, v in readings.items()],
+                 **({"plateau": {"updates": iters * retune_mod.PLATEAU_UPDATES,
+                                 "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
+                                 "reason": checked[0].reason}}
+                    if checked else {})}
+
+
+def plateau_check(wl: Workload, train, held, spec: RunSpec, state: dict, iters: int) \
+        -> tuple[retune_mod.Decision, dict[retune_mod.Setting, list[retune_mod.Reading]]]:
+    """A "plateau" pause's long readings (retune.plateau): the current rate and a third of it,
+    retune.PLATEAU_UPDATES times `iters` updates each with no cool-down, on the pause's batches;
+    on other batches again only where the first pair's gap passes retune.PLATEAU_GAIN (the noise).
+    The decision and the readings."""
+    current = retune_mod.Setting(spec.lr, spec.momentum)
+    pair, n = (current, retune_mod.step_down(current)), iters * retune_mod.PLATEAU_UPDATES
+    long = {s: [pause_reading(wl, train, held, spec, state, s, spec.seed + 1, n, cool=False)] for s in pair}
+    if retune_mod.plateau(current, long).switched:
+        for s in pair:
+            long[s].append(pause_reading(wl, train, held, spec, state, s, spec.seed + 2, n, cool=False))
+    return retune_mod.plateau(current, long), long
