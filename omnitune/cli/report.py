@@ -109,14 +109,17 @@ def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
 
 
 def plot_tuning(ax, pauses: list[dict], plan, end_s: float) -> None:
-    """The learning rate (and momentum, on the right) the run trained at, from the plan's through
-    each pause's decision; where a pause changed the batches, their sum is written beside it."""
+    """The learning rate (and momentum, on the right) the run trained at, from the first pause's
+    setting before it (else the plan's) through each pause's decision; where a pause changed the
+    batches, their sum is written beside it. A re-tuned run's summary names its last plan
+    (plan-replan-N.json), whose rate is the last pause's: the panel once drew that from the start."""
     if plan is None:
         ax.set(title="re-tuning (no plan to start from)")
         return
+    first = pauses[0]["before"] if pauses else {}
     times = [0.0] + [p["train_s"] for p in pauses] + [end_s]
-    lrs = [plan.spec.lr] + [p["after"]["lr"] for p in pauses]
-    moms = [plan.spec.momentum] + [p["after"]["momentum"] for p in pauses]
+    lrs = [first.get("lr", plan.spec.lr)] + [p["after"]["lr"] for p in pauses]
+    moms = [first.get("momentum", plan.spec.momentum)] + [p["after"]["momentum"] for p in pauses]
     ax.step(times, lrs + lrs[-1:], where="post", label="learning rate")
     for at, p in zip(times[1:], pauses):
         batches = p["before"].get("batch_size"), p["after"].get("batch_size")
