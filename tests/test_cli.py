@@ -392,26 +392,22 @@ def test_the_reports_tuning_panel_starts_at_the_rate_before_the_first_pause():
     """A re-tuned run's summary names its last plan, at the last pause's rate (0.033 here); the
     panel starts at the rate the run trained at before its first pause (0.1), then steps down.
     Fails if the panel draws the last plan's rate from the start."""
+    from dataclasses import replace
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from omnitune.cli.report import plot_tuning
     from omnitune.core import plan as plan_mod
-    from tests.conftest import DATA
 
     plan = plan_mod.load(DATA / "plan-v1.json")
-    last = replace_lr(plan, 0.033)
+    last = replace(plan, spec=replace(plan.spec, lr=0.033))
     pauses = [{"train_s": 35.0, "before": {"lr": 0.1, "momentum": 0.9}, "after": {"lr": 0.033, "momentum": 0.9}}]
     fig, ax = plt.subplots()
     plot_tuning(ax, pauses, last, 70.0)
     assert list(ax.lines[0].get_ydata()) == [0.1, 0.033, 0.033]
     plt.close(fig)
-
-
-def replace_lr(plan, lr: float):
-    from dataclasses import replace
-    return replace(plan, spec=replace(plan.spec, lr=lr))
 
 
 def test_the_run_says_what_its_eta_said_at_a_quarter_of_the_run(tmp_path):

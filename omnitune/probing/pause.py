@@ -286,7 +286,9 @@ def plateau_check(wl: Workload, train, held, spec: RunSpec, state: dict, iters: 
     current = retune_mod.Setting(spec.lr, spec.momentum)
     pair, n = (current, retune_mod.step_down(current)), iters * retune_mod.PLATEAU_UPDATES
     long = {s: [pause_reading(wl, train, held, spec, state, s, spec.seed + 1, n, cool=False)] for s in pair}
-    if retune_mod.plateau(current, long).switched:
+    decision = retune_mod.plateau(current, long)
+    if decision.switched:
         for s in pair:
             long[s].append(pause_reading(wl, train, held, spec, state, s, spec.seed + 2, n, cool=False))
-    return retune_mod.plateau(current, long), long
+        decision = retune_mod.plateau(current, long)
+    return decision, long
