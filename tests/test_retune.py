@@ -138,6 +138,36 @@ def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_pa
     assert sum(1 for r in read if r[1] == 100) == 2       # no gain on the first order: no second
 
 
+@pytest.mark.parametrize("why, checked", [("plateau", True), ("off pace", True), ("schedule", False),
+                                          ("stall", False)])
+def test_a_plateau_is_checked_on_a_plateau_or_off_pace_pause_only(tmp_path, monkeypatch, why, checked):
+    """Where no short reading wins, pause.retune reads the long pair on a "plateau" pause and on
+    one "off pace" (past half the run's way: job.py), and goes on at the third where it gains;
+    on schedule, or stalled with no pace at all, it reads no long pair. Fails if an off-pace run
+    skips the check (one run grew its batch at AdaScale's rate instead, and missed its target),
+    or if any other pause reads it."""
+    import torch
+
+    from omnitune.probing import pause
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
+    long = []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
+        if iters > 10:
+            long.append(setting.lr)
+        loss = 0.30 if setting.lr < 0.1 and iters > 10 else 0.40
+        return Reading(loss, loss, 0.0)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    new, record = pause.retune(spec, ckpt, why, iters=10)
+    assert bool(long) == checked and ("plateau" in record) == checked
+    assert new.lr == (0.0333 if checked else 0.1)
+
+
 def test_a_plateau_check_overrides_the_goodputs_batch(tmp_path, monkeypatch):
     """At a "plateau" pause whose short readings take the goodput's larger batch (at AdaScale's
     rate, which keeps the noise the run levelled off at), the plateau check still runs, and where

@@ -41,7 +41,7 @@ against 10,300. So a pause lowers the rate only where the run's own readings say
 target within its time limit, past half its way: runtime/job.py, runtime/monitor.py) or the
 cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
 a third at most (`lowest`): an early stall read a tenth as better and left a run short.
-A stall on the way is checked for a plateau instead (`plateau`): the
+A stall on the way is checked for a plateau instead (`plateau`), as is a run off pace: the
 current rate and a third of it train PLATEAU_UPDATES times a pause's updates each, and the rate
 drops a step only where the third reads PLATEAU_GAIN lower. A rate too high to settle sits in its
 noise and gains that much at once; a run still climbing does not.

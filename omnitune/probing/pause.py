@@ -198,9 +198,10 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     the run misses its target within its time limit, so a challenger needs no margin) or
     "divergence" (stalled, and the run's loss diverged at its current setting, so the best
     reading wins, no margin asked) or "plateau" (stalled while its recent pace still gets to the
-    target: read as on schedule, and where nothing but the goodput's batch is switched to, the
-    current rate and a third of it are read for retune.PLATEAU_UPDATES times `iters` and compared
-    by retune.plateau, which wins where it lowers the rate).
+    target, or off pace before half its way: read as on schedule). On a "plateau" or "off pace" pause where
+    nothing but the goodput's batch is switched to, the current rate and a third of it are read
+    for retune.PLATEAU_UPDATES times `iters` and compared by retune.plateau, which wins where it
+    lowers the rate.
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
     the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
@@ -250,9 +251,12 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
                                  growth[0] if growth else None)
     # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
     # keeps the run's noise where it levelled off (AdaScale: teacher-mlp grew from batch 64 at lr
-    # 0.1 to 512 at 0.725, sitting near 0.92 all the while).
+    # 0.1 to 512 at 0.725, sitting near 0.92 all the while), on a plateau pause and on one off
+    # pace (past half its way): where only plateau pauses were checked, a run of batch 64, lr 0.1
+    # to 0.95 that grew to 256 at lr 0.37 at its first pause grew to 512 at 0.74 when off pace at
+    # 84 s, and missed its target (2026-11-29).
     grew = growth is not None and decision.setting == growth[0]
-    checked = plateau_check(wl, train, held, spec, state, iters) if why == "plateau" and (
+    checked = plateau_check(wl, train, held, spec, state, iters) if why in ("plateau", "off pace") and (
         not decision.switched or grew) else None
     if checked and checked[0].switched:
         decision = checked[0]
