@@ -32,7 +32,7 @@ from omnitune.efficiency import fleet as fleet_mod
 from omnitune.planning import study as study_mod
 from omnitune.planning.request import PlanRequest
 from omnitune.probing import pause, probe, timing
-from omnitune.profiling import profiler
+from omnitune.profiling import cache as profile_cache, profiler
 from omnitune.runtime import job, workload as wl_mod
 from omnitune.runtime.job import RunOptions
 from omnitune.runtime.summary import RunSummary
@@ -51,7 +51,8 @@ def profile(workload: str, out: str | Path | None = None, cluster: str | Path | 
     (or the cluster spec `cluster`), and write the profile to `out` if given. On a cluster of
     several nodes every node calls this with its `node_rank`; the server's node returns the
     profile, the others None. Worker logs are kept beside `out` only when a failure wrote into
-    them (its message names them)."""
+    them (its message names them). A profile of this machine (no `cluster`) is kept in omnitune's
+    cache too, for `train` to use again (profiling/cache.py)."""
     settings = profiler.Settings.make(quick, max_batch)
     spec = load_cluster(Path(cluster)) if cluster else local_cluster()
     out = Path(out) if out is not None else None
@@ -61,6 +62,8 @@ def profile(workload: str, out: str | Path | None = None, cluster: str | Path | 
         prof = profiler.profile(spec, workload, data_dir, settings, logs, progress=progress, node_rank=node_rank)
         if prof is not None and out is not None:
             profile_mod.save(prof, out)
+        if prof is not None and cluster is None:
+            profile_cache.keep(prof, data_dir, quick, max_batch)
         done = True
         return prof
     finally:

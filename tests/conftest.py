@@ -10,6 +10,20 @@ ROOT = Path(__file__).parent.parent
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_cache(tmp_path_factory):
+    """omnitune's cache (generated datasets, kept profiles) in a folder of this session's, unless
+    it is off: a profile measured under the tests' load is none for a user's `train` to use again."""
+    before = os.environ.get("OMNITUNE_CACHE_DIR")
+    if before != "off":
+        os.environ["OMNITUNE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("OMNITUNE_CACHE_DIR", None)
+    else:
+        os.environ["OMNITUNE_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def digits():
     from omnitune.runtime import workload

@@ -209,7 +209,8 @@ def test_whole_path_profile_plan_run(tmp_path):
     assert plan.with_suffix(".study.jsonl").is_file()       # the probes, kept for a resumed `plan`
 
 
-def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
+def test_train_profiles_plans_and_runs_in_one_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNITUNE_CACHE_DIR", str(tmp_path / "cache"))     # no profile kept from another test
     r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-accuracy", "0.9", "--quick",
                             "--budget-s", "4", "--max-time-s", "60", "--out-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
@@ -225,6 +226,13 @@ def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
                             "--out-dir", str(tmp_path / "missed")])
     assert r.exit_code == 1, r.output
     assert not json.loads((tmp_path / "missed" / "summary.json").read_text())["reached_target"]
+    # Without --profile, the next `train` of the workload uses the profile the first measured, from the cache.
+    r = runner.invoke(app, ["train", "--workload", "lenet-digits", "--target-loss", "1e-6", "--quick", "--budget-s",
+                            "1", "--max-time-s", "2", "--out-dir", str(tmp_path / "again")])
+    assert r.exit_code == 1, r.output
+    said = " ".join(r.output.split())
+    assert "from omnitune's cache" in said and f"wrote {tmp_path / 'again' / 'profile.json'}" not in said
+    assert json.loads((tmp_path / "again" / "profile.json").read_text())["measured_at"] == prof["measured_at"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -233,6 +241,7 @@ def test_train_profiles_plans_and_runs_in_one_command(tmp_path):
     (["--target-accuracy", "0.9", "--profile", "missing.json"], "missing.json: file not found"),
     (["--target-accuracy", "0.9", "--profile", str(DATA / "profile-h200-shapes-resnet.json")], "not of this machine"),
     (["--target-accuracy", "0.9", "--profile", str(DATA / "profile-v1.json"), "--quick"], "--quick"),
+    (["--target-accuracy", "0.9", "--profile", str(DATA / "profile-v1.json"), "--fresh-profile"], "--fresh-profile"),
     (["--target-accuracy", "0.9", "--out-dir", "FILE"], "--out-dir"),
 ])
 def test_train_checks_its_options_before_it_profiles(tmp_path, args, needle):

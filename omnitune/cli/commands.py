@@ -327,9 +327,13 @@ def train(
     max_time_s: float = typer.Option(300.0, help="stop training after this many seconds"),
     retune: bool = typer.Option(True, "--retune/--no-retune", help="re-tune in the run, as `run` does; "
                                 "--no-retune runs the plan as it is"),
+    fresh_profile: bool = typer.Option(False, help="measure this machine even where omnitune's cache keeps a "
+                                       "profile of it for this workload and these settings (one measured here "
+                                       "within 7 days is used again by default)"),
 ):
     """Profile this machine, plan and run, in one command: `profile`, `plan` and `run` with their
-    defaults, without the start-up of each (a second or three apiece)."""
+    defaults, without the start-up of each (a second or three apiece). The profile is measured
+    once: a later `train` of the same workload here uses it again from omnitune's cache."""
     from omnitune.runtime import launch
     launch.start_server()        # warm for the profile's jobs and the run's processes alike
     from omnitune import api
@@ -337,6 +341,7 @@ def train(
     from omnitune.runtime import job
     from omnitune.core import profile as profile_mod
     from omnitune.probing import timing
+    from omnitune.profiling import cache as profile_cache
     plan_path = out_dir / "plan.json"
     measured = profile_path is None
     try:
@@ -346,6 +351,8 @@ def train(
         options = job.RunOptions(max_time_s=max_time_s, retune=retune)
         if quick and not measured:
             raise UserError("--quick measures a cheaper profile: not with --profile, which is measured already")
+        if fresh_profile and not measured:
+            raise UserError("--fresh-profile measures a profile: not with --profile, which is measured already")
         if not measured:
             elsewhere = timing.here(profile_mod.load(profile_path))
             if elsewhere:
@@ -355,7 +362,13 @@ def train(
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"--out-dir {out_dir}: {e.strerror or e}") from None
-        if measured:
+        found = profile_cache.kept(workload, data_dir, quick, None) if measured and not fresh_profile else None
+        if found:
+            kept_path, prof = found
+            profile_mod.save(prof, request.profile)
+            out.print(f"this machine's profile of {workload}, measured at {prof.measured_at}, from omnitune's cache "
+                      f"({kept_path}; --fresh-profile measures it anew)")
+        elif measured:
             with console.status("profiling…") as status:
                 prof = api.profile(workload, request.profile, None, data_dir, quick,
                                    progress=lambda m: status.update(f"profiling: {m}"))
