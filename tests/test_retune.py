@@ -102,18 +102,15 @@ def test_a_plateau_lowers_the_rate_a_step_only_for_a_large_gain():
     assert not retune.plateau(retune.Setting(0.1, 0.9), broken).switched
 
 
-def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_path, monkeypatch):
-    """pause.retune told "plateau" (a stall on its way) reads as on schedule, no lower rate among
-    its short readings; where nothing wins there, it reads the current rate and a third of it for
-    PLATEAU_UPDATES times its updates with no cool-down, on a second batch order only where the
-    first passes the gain, and goes on at the third where it gains (recorded under "plateau").
-    Fails if the plateau check is skipped, or read short."""
+def faked_plateau(tmp_path, monkeypatch):
+    """A run at lr 0.1 (batch 16) paused on a plateau, with pause.pause_reading faked: a lower
+    rate read longer than 10 updates reads loss 0.30, everything else 0.40. Returns the spec,
+    its checkpoint and the list of readings taken, as (lr, updates, cooled)."""
     import torch
 
     from omnitune.probing import pause
     from tests.conftest import make_spec
 
-    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
     read = []
 
     def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
@@ -124,6 +121,18 @@ def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_pa
     monkeypatch.setattr(pause, "first", lambda test, n: test)
     ckpt = tmp_path / "c.pt"
     torch.save({"model": {}, "optimizer": {}}, ckpt)
+    return make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9), ckpt, read
+
+
+def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_path, monkeypatch):
+    """pause.retune told "plateau" (a stall on its way) reads as on schedule, no lower rate among
+    its short readings; where nothing wins there, it reads the current rate and a third of it for
+    PLATEAU_UPDATES times its updates with no cool-down, on a second batch order only where the
+    first passes the gain, and goes on at the third where it gains (recorded under "plateau").
+    Fails if the plateau check is skipped, or read short."""
+    from omnitune.probing import pause
+
+    spec, ckpt, read = faked_plateau(tmp_path, monkeypatch)
     new, record = pause.retune(spec, ckpt, "plateau", iters=10)
     short = [lr for lr, iters, _ in read if iters == 10]
     assert min(short) >= 0.1                  # on schedule: no lower rate among the short readings
@@ -146,24 +155,11 @@ def test_a_plateau_is_checked_on_a_plateau_or_off_pace_pause_only(tmp_path, monk
     on schedule, or stalled with no pace at all, it reads no long pair. Fails if an off-pace run
     skips the check (one run grew its batch at AdaScale's rate instead, and missed its target),
     or if any other pause reads it."""
-    import torch
-
     from omnitune.probing import pause
-    from tests.conftest import make_spec
 
-    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
-    long = []
-
-    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
-        if iters > 10:
-            long.append(setting.lr)
-        loss = 0.30 if setting.lr < 0.1 and iters > 10 else 0.40
-        return Reading(loss, loss, 0.0)
-    monkeypatch.setattr(pause, "pause_reading", fake)
-    monkeypatch.setattr(pause, "first", lambda test, n: test)
-    ckpt = tmp_path / "c.pt"
-    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    spec, ckpt, read = faked_plateau(tmp_path, monkeypatch)
     new, record = pause.retune(spec, ckpt, why, iters=10)
+    long = [lr for lr, iters, _ in read if iters > 10]
     assert bool(long) == checked and ("plateau" in record) == checked
     assert new.lr == (0.0333 if checked else 0.1)
 
