@@ -44,7 +44,8 @@ a third at most (`lowest`): an early stall read a tenth as better and left a run
 A stall on the way is checked for a plateau instead (`plateau`), as is a run off pace: the
 current rate and a third of it train PLATEAU_UPDATES times a pause's updates each, and the rate
 drops a step only where the third reads PLATEAU_GAIN lower. A rate too high to settle sits in its
-noise and gains that much at once; a run still climbing does not.
+noise and gains that much at once; but so, early on, do some runs that reach their target at
+their rate (`plateau`): the check tells the two apart only late in a run.
 A pause of a run that is not stalled reads only the settings it may switch to
 (`spec_candidates`), none of a lower rate per sample (a sync plan whose batches the profile
 prices: 6 readings, the repeats counted and ×10 passed over, not 9). One whose current setting
@@ -376,7 +377,7 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
 
 def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decision:
     """A pause of a run that stalled while its recent pace still gets to the target (a "plateau"
-    pause, runtime/job.py) reads `current` and a third of its rate (`step_down`), long
+    pause, runtime/job.py), or of one off pace, reads `current` and a third of its rate (`step_down`), long
     (PLATEAU_UPDATES times a pause's updates, no cool-down). The run takes the third where its raw
     validation loss is lower by more than PLATEAU_GAIN of the current one's and more than the
     third's spread over its repeats: a rate that sits in its own noise. The current rate's own
@@ -386,7 +387,10 @@ def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decisio
     (2026-11-29, 300 updates, two batch orders), a third of the rate read 19.7% lower at batch 64,
     lr 0.1, levelled off at accuracy 0.90 for 45 s (that third then reached 0.95 in 18 s, the rate
     itself not in 30), and 7.1% and 3.1% lower on runs still climbing to 0.985 (batch 256, lr 0.04
-    at 43 s; batch 128, lr 0.01 at 55 s), where a short reading's lower loss is short-horizon bias."""
+    at 43 s; batch 128, lr 0.01 at 55 s), where a short reading's lower loss is short-horizon bias.
+    Earlier in runs that reach 0.985 at their rate it read as much lower as on the plateau: 6.5-12.5%
+    at batch 64, lr 0.033 (15-22 s) and 13.2-26.7% at batch 256, lr 0.1 (33 s, plan_quality), so
+    there it lowers healthy runs (CHANGELOG)."""
     lower = step_down(current)
     raw = means(readings, "raw")
     if current not in raw or lower not in raw:

@@ -283,7 +283,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
 
 def plateau_check(wl: Workload, train, held, spec: RunSpec, state: dict, iters: int) \
         -> tuple[retune_mod.Decision, dict[retune_mod.Setting, list[retune_mod.Reading]]]:
-    """A "plateau" pause's long readings (retune.plateau): the current rate and a third of it,
+    """A "plateau" or "off pace" pause's long readings (retune.plateau): the current rate and a third of it,
     retune.PLATEAU_UPDATES times `iters` updates each with no cool-down, on the pause's batches;
     on other batches again only where the first pair's gap passes retune.PLATEAU_GAIN (the noise).
     The decision and the readings."""
