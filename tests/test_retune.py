@@ -463,15 +463,27 @@ def test_the_pace_check_is_for_a_schedule_with_a_time_limit():
     assert pace_check_at(replace(lm, workload="lenet-digits"), 240.0, 0.0) is None     # a constant rate
 
 
-def test_a_pause_after_a_segment_that_stalled_at_any_time_reads_as_stalled():
+def test_a_pause_reads_as_stalled_after_a_stall_in_the_latest_half_of_its_segment():
     """A run that swings reads stalled at one evaluation and not at the next: the pause counts the
-    segment, not its latest evaluation."""
+    latest half of the segment, not its latest evaluation; a stall in the segment's first half
+    that the run climbed out of is over."""
     from omnitune.runtime.job import pause_why
     assert pause_why([]) == "schedule"
     assert pause_why([{"train_s": 1.0}, {"train_s": 2.0}]) == "schedule"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0}]) == "stall"
     assert pause_why([{"train_s": 1.0, "stalled": True, "off_pace": True}, {"train_s": 2.0}]) == "off pace"
     assert pause_why([{"train_s": 1.0, "stalled": True}, {"train_s": 2.0, "diverged": True}]) == "divergence"
+    # teacher-mlp: stalled at 3-5 s, climbing from there to a pause at 33 s
+    climbed = [{"train_s": 3.0, "stalled": True}, {"train_s": 5.0, "stalled": True, "off_pace": True},
+               *({"train_s": float(t)} for t in range(6, 34))]
+    assert pause_why(climbed) == "schedule"
+    assert pause_why(climbed, since_s=0.0) == "schedule"
+    # the same stalls in a segment that began at 2 s: past its half (17.5 s) nothing stalled either
+    assert pause_why(climbed, since_s=2.0) == "schedule"
+    # a later segment (from 20 s): the half is at 26.5 s; a stall at 27 s counts, one at 25 s not
+    later = [{"train_s": float(t)} for t in range(21, 34)]
+    assert pause_why([{**r, "stalled": r["train_s"] == 27.0} for r in later], since_s=20.0) == "stall"
+    assert pause_why([{**r, "stalled": r["train_s"] == 25.0} for r in later], since_s=20.0) == "schedule"
 
 
 def test_a_pause_tries_twice_and_half_the_batch_at_its_scaled_rate():

@@ -289,7 +289,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
             owed_s = restart_s
             continue
         lines = readings(run_dir)
-        why = pause_why([r for r in lines if r.get("train_s", 0.0) > segment_from_s])
+        why = pause_why([r for r in lines if r.get("train_s", 0.0) > segment_from_s], segment_from_s)
         way = eta.way(lines, job.spec.target) if job.spec.target else None
         early = why if way is not None and (why == "stall" or why == "off pace" and way < LOWER_FROM) else None
         why = "plateau" if early else why
@@ -348,19 +348,25 @@ def paced(spec: RunSpec, summary: RunSummary, max_time_s: float, from_limit: boo
     return dataclasses.replace(spec, horizon=max(summary.iterations + 1, horizon))
 
 
-def pause_why(segment: list[dict]) -> str:
-    """Why the run pauses, from the evaluations of the segment that ends: "divergence" where the
-    latest diverged, "off pace" where any of them was (monitor.off_pace), "stall" where any was
-    stalled, else "schedule". A run that swings
-    (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s, stalled through most of it)
-    reads unstalled at one evaluation and stalled at the next; judged by its latest, it paused as
-    on schedule, read no lower rate, and went on at the rate that made it swing."""
+def pause_why(segment: list[dict], since_s: float = 0.0) -> str:
+    """Why the run pauses, from the evaluations of the segment that ends (it began at training
+    time `since_s`): "divergence" where the latest diverged, "off pace" where any in the latest
+    half of the segment was (monitor.off_pace), "stall" where any there was stalled, else
+    "schedule". A run that swings (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s,
+    stalled through most of it) reads unstalled at one evaluation and stalled at the next; judged
+    by its latest, it paused as on schedule, read no lower rate, and went on at the rate that made
+    it swing. Judged by the whole segment, a stall long over counted: teacher-mlp sits at accuracy
+    0.90 for its first seconds, read stalled up to 5-12 s, and climbed steadily from there; each
+    of five plan_quality runs paused at 33 s as stalled, and four of them had their rate lowered by
+    the plateau check (retune.plateau) in a pause of 15 s (2026-11-29)."""
     latest = segment[-1] if segment else {}
     if latest.get("diverged"):
         return "divergence"
-    if any(r.get("off_pace") for r in segment):
+    half = (since_s + latest.get("train_s", since_s)) / 2
+    recent = [r for r in segment if r.get("train_s", 0.0) >= half]
+    if any(r.get("off_pace") for r in recent):
         return "off pace"
-    return "stall" if any(r.get("stalled") for r in segment) else "schedule"
+    return "stall" if any(r.get("stalled") for r in recent) else "schedule"
 
 
 def readings(run_dir: Path) -> list[dict]:
