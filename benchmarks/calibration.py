@@ -1,12 +1,14 @@
 """What the profile's calibration jobs buy: predicted seconds per iteration against real runs, by
 the calibration settings the profile runs.
 
-    python -m benchmarks.calibration [--quick] [--compare batches|halving] [--only NAME ...] [--rounds N]
+    python -m benchmarks.calibration [--quick] [--compare batches|halving|budget] [--only NAME ...] [--rounds N]
 
 The profile's calibration jobs are most of its time, and what they buy is the accuracy of the
 planner's seconds per iteration. Two comparisons (COMPARISONS): `batches`, calibration batches
 16, 64 and 256 against 16 and 256; `halving`, on charlm-stdlib, a slow model's smaller batch
-kept at 16 against halved to 8 (profile_worker.sized_specs). For each workload (lenet-digits,
+kept at 16 against halved to 8 (profile_worker.sized_specs); `budget`, the calibration jobs'
+seconds in all (Settings.calibration_budget_s) at 8 against 4, each job then a quarter
+second, not 0.4 (profile_worker.job_seconds). For each workload (lenet-digits,
 teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick) each arm profiles this
 machine N times (3; 1 with --quick), the arms taking turns round by round so that the machine's
 drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
@@ -18,8 +20,8 @@ workload and arm the profile's seconds (median, min-max) and the median and 90th
 |predicted - measured| / measured over configurations and profiles; the summary, per arm against
 the first, how many configurations its predictions came nearer and the median ratio of its
 predictions to the first's. Goal: no arm's median error above the first's by more than 2
-points. Writes benchmarks/results/calibration.json (calibration-halving.json for `halving`;
--quick after either with --quick).
+points. Writes benchmarks/results/calibration.json (calibration-halving.json for `halving`,
+calibration-budget.json for `budget`; -quick after any with --quick).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ COMPARISONS = {
                 WORKLOADS, BATCHES),
     "halving": ({"16, kept": profiler.Settings(), "halved to 8": profiler.Settings(calibrate_least_batch=8)},
                 ("charlm-stdlib",), {"charlm-stdlib": (6, 12, 24)}),
+    "budget": ({"8 s": profiler.Settings(), "4 s": profiler.Settings(calibration_budget_s=4.0)}, WORKLOADS, BATCHES),
 }
 RUN_S = {"shapes-resnet": 5.0, "charlm-stdlib": 6.0}    # each timing run (3 s otherwise)
 RUNS = 3
@@ -147,8 +150,8 @@ def main() -> None:
                          for m in configs_out)}
                for arm in arms if arm != first}
     result = {"quick": args.quick, "compare": args.compare,
-              "arms": {a: {"calibrate_batches": list(s.calibrate_batches), "calibrate_least_batch": s.calibrate_least_batch}
-                       for a, s in arms.items()},
+              "arms": {a: {"calibrate_batches": list(s.calibrate_batches), "calibrate_least_batch": s.calibrate_least_batch,
+                           "calibration_budget_s": s.calibration_budget_s} for a, s in arms.items()},
               "rounds": rounds, "runs": runs, "rows": rows, "configurations": configs_out, "profiles": walls,
               "median_abs_err_pct": median_err, "against_first": against, "goal_points": GOAL_POINTS,
               "goals_met": {arm: median_err[arm] <= median_err[first] + GOAL_POINTS for arm in arms}}
