@@ -43,7 +43,9 @@ class Settings:
     calibrate_s: float = 0.4                 # each calibration job runs this long, at most
     # All the calibration jobs together, at most (profile_worker.job_seconds): a machine whose
     # layouts call for many jobs runs each shorter. 40 jobs of 0.4 s on 17 ranks of an H200
-    # machine took 22 s of a 48 s profile.
+    # machine took 22 s of a 48 s profile. Half of it (4 s, jobs of 0.25 s) saved 1.7-2.3 s a
+    # profile on this 2-core machine, but charlm-stdlib's predictions erred by a median 12.6%
+    # against 8.5% (90th percentile 53% against 18%) (benchmarks.calibration --compare budget).
     calibration_budget_s: float = 8.0
     # No protocol starts its calibration jobs once they have run this long (profile_worker.calibrate):
     # each job costs more than it trains (its model, optimizer, barriers and final evaluation), and
