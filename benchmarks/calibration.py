@@ -4,7 +4,7 @@ the calibration settings the profile runs.
     python -m benchmarks.calibration [--quick] [--compare batches|halving|budget] [--only NAME ...] [--rounds N]
 
 The profile's calibration jobs are most of its time, and what they buy is the accuracy of the
-planner's seconds per iteration. Two comparisons (COMPARISONS): `batches`, calibration batches
+planner's seconds per iteration. Three comparisons (COMPARISONS): `batches`, calibration batches
 16, 64 and 256 against 16 and 256; `halving`, on charlm-stdlib, a slow model's smaller batch
 kept at 16 against halved to 8 (profile_worker.sized_specs); `budget`, the calibration jobs'
 seconds in all (Settings.calibration_budget_s) at 8 against 4, each job then a quarter
