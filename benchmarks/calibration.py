@@ -1,14 +1,16 @@
 """What the profile's calibration jobs buy: predicted seconds per iteration against real runs, by
 the calibration settings the profile runs.
 
-    python -m benchmarks.calibration [--quick] [--compare batches|halving|budget] [--only NAME ...] [--rounds N]
+    python -m benchmarks.calibration [--quick] [--compare batches|halving|budget|updates] [--only NAME ...]
+                                     [--rounds N]
 
 The profile's calibration jobs are most of its time, and what they buy is the accuracy of the
-planner's seconds per iteration. Three comparisons (COMPARISONS): `batches`, calibration batches
+planner's seconds per iteration. Four comparisons (COMPARISONS): `batches`, calibration batches
 16, 64 and 256 against 16 and 256; `halving`, on charlm-stdlib, a slow model's smaller batch
 kept at 16 against halved to 8 (profile_worker.sized_specs); `budget`, the calibration jobs'
 seconds in all (Settings.calibration_budget_s) at 8 against 4, each job then a quarter
-second, not 0.4 (profile_worker.job_seconds). For each workload (lenet-digits,
+second, not 0.4 (profile_worker.job_seconds); `updates`, each job run its seconds against
+stopped once it has timed 40 updates (Settings.calibration_updates). For each workload (lenet-digits,
 teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick) each arm profiles this
 machine N times (3; 1 with --quick), the arms taking turns round by round so that the machine's
 drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
@@ -21,7 +23,8 @@ workload and arm the profile's seconds (median, min-max) and the median and 90th
 the first, how many configurations its predictions came nearer and the median ratio of its
 predictions to the first's. Goal: no arm's median error above the first's by more than 2
 points. Writes benchmarks/results/calibration.json (calibration-halving.json for `halving`,
-calibration-budget.json for `budget`; -quick after any with --quick).
+calibration-budget.json for `budget`, calibration-updates.json for `updates`; -quick after any
+with --quick).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ COMPARISONS = {
     "halving": ({"16, kept": profiler.Settings(), "halved to 8": profiler.Settings(calibrate_least_batch=8)},
                 ("charlm-stdlib",), {"charlm-stdlib": (6, 12, 24)}),
     "budget": ({"8 s": profiler.Settings(), "4 s": profiler.Settings(calibration_budget_s=4.0)}, WORKLOADS, BATCHES),
+    "updates": ({"by seconds": profiler.Settings(calibration_updates=0),
+                 "40 updates": profiler.Settings(calibration_updates=40)}, WORKLOADS, BATCHES),
 }
 RUN_S = {"shapes-resnet": 5.0, "charlm-stdlib": 6.0}    # each timing run (3 s otherwise)
 RUNS = 3

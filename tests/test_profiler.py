@@ -249,3 +249,25 @@ def test_no_calibration_protocol_starts_past_the_deadline(tmp_path):
                             tmp_path / "logs", progress=said.append)
     assert {c.layout for c in prof.calibration} == {"one-worker"} and len(prof.calibration) == 2
     assert any("left out past the deadline" in line for line in said)
+
+
+def test_a_calibration_job_stops_once_it_has_timed_its_updates(tmp_path):
+    """A real profile of this machine's two-worker layout whose calibration jobs may each run
+    5 s but stop after 5 timed updates (lenet-digits takes milliseconds an update): every job
+    still reports its seconds per update, and all of them together take a fraction of one job's
+    5 s. Fails if Settings.calibration_updates does not reach the jobs (then they run 5 s each)."""
+    import re
+    import time
+    from dataclasses import replace
+
+    said = []
+    settings = replace(Settings.make(True), calibrate_s=5.0, calibration_budget_s=1000.0, calibration_updates=5)
+    began = time.perf_counter()
+    prof = profiler.profile(local_cluster(cpu_count=2, cuda_count=0), "lenet-digits", None, settings,
+                            tmp_path / "logs", progress=said.append)
+    took = time.perf_counter() - began
+    line = next(x for x in said if "calibration jobs" in x)
+    jobs, each, total = re.search(r"(\d+) calibration jobs \(of ([\d.]+)s each\) in ([\d.]+)s", line).groups()
+    assert int(jobs) == len(prof.calibration) >= 4 and float(each) == 5.0
+    assert all(c.sec_per_iter > 0 for c in prof.calibration)
+    assert float(total) < 5.0 and took < 5.0 * int(jobs) / 2

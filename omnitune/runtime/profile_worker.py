@@ -297,13 +297,16 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
               seconds: float, deadline_s: float = math.inf) -> tuple[list[Calibration], int]:
     """Run each calibration job (layout, spec, and where its groups or batches were formed by
     speed, its nominal batch; else None) as a real job for `seconds` (longer where it has not
-    seen CALIBRATION_MIN_UPDATES updates by then); rank 0 reports seconds per update. No protocol
+    seen CALIBRATION_MIN_UPDATES updates by then, shorter where it has timed
+    Settings.calibration_updates); rank 0 reports seconds per update. No protocol
     starts its jobs once `deadline_s` has passed (rank 0's clock decides for every rank); the
     calibrations, and how many jobs were left out."""
     out, began, unit, going, left_out = [], time.perf_counter(), None, True, 0
     # A calibration job trains for time, not to a target: it evaluates only once, at its end, on
     # a few test samples, so its time goes to the updates it times.
     test = workload_mod.first(test, CALIBRATION_TEST)
+    # Enough timed updates end a job early: its first check, after the first update, ends the warm-up.
+    updates = job.settings.calibration_updates + 1 if job.settings.calibration_updates > 0 else 0
     with tempfile.TemporaryDirectory(prefix=f"calibration-{dist.get_rank()}-", dir=job.scratch or None) as tmp:
         for layout, spec, nominal in jobs:
             if (layout, spec.variant.key, spec.groups, nominal is None) != unit and going:
@@ -316,7 +319,7 @@ def calibrate(job: ProfileJob, jobs: list[tuple[str, RunSpec, int | None]], wl, 
                 continue
             args = JobArgs(spec=spec, run_dir=tmp, max_time_s=seconds, eval_every_s=1e9,
                            eval_every_iters=1 << 30, timeout_s=120, plan_path="(calibration)",
-                           min_iters=CALIBRATION_MIN_UPDATES)
+                           min_iters=CALIBRATION_MIN_UPDATES, max_iters=updates)
             summary = run_role(args, wl, train, test, store)
             if summary is None:
                 continue
