@@ -6,7 +6,8 @@
 `omnitune run` re-fits its time to target as test readings arrive (efficiency/eta.py) and shows
 it with a band. This benchmark replays that estimate on finished runs: every run directory under
 each DIR (a `summary.json` beside a `metrics.jsonl`, as `benchmarks.plan_quality --work-dir` and
-`benchmarks.retune` keep them) whose run reached its target. From the readings up to a quarter
+`benchmarks.retune` keep them) whose run reached its target. The plans' runs (plan_quality's) are
+also reported apart: they start from their probe's checkpoint and are re-tuned, as a user's are. From the readings up to a quarter
 (and a half) of the run's training time to target, the ETA predicts the time to target (the
 training so far plus the training left); the truth is the time the run reached it (its summary's
 `time_to_target_s`, evaluations left out, as the ETA's clock). A run whose readings up to then
@@ -144,6 +145,12 @@ def calibration(run_dirs: list[Path]) -> dict:
             "band": list(eta.BAND)}
 
 
+def is_plan_run(run_dir: Path) -> bool:
+    """Whether a run is a plan's, as `omnitune run` runs it (plan_quality's NAME-plan-sN): from the
+    checkpoint its chosen probe handed on, re-tuned during the run."""
+    return "-plan-s" in run_dir.name
+
+
 def workload_of(run_dir: Path) -> str | None:
     """The workload a run directory's name starts with (plan_quality's and collect's names)."""
     return next((n for n in sorted(plan_quality.WORKLOADS, key=len, reverse=True) if run_dir.name.startswith(n)), None)
@@ -191,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     if not rows:
         sys.exit(f"error: no run that reached its target under {', '.join(map(str, args.dirs))}")
     print_rows("the live ETA, replayed", rows, COLUMNS)
-    sets = {"develop": [r for r in rows if r["develop"]], "held out": [r for r in rows if not r["develop"]], "all": rows}
+    sets = {"develop": [r for r in rows if r["develop"]], "held out": [r for r in rows if not r["develop"]], "all": rows,
+            "plans": [r for r in rows if is_plan_run(Path(r["run"]))]}
     shares = [{"share": share, "runs_of": name, **summarise(of, share)}
               for share in SHARES for name, of in sets.items() if of]
     # The goals are judged out of sample where there are held-out runs.

@@ -61,7 +61,7 @@ def test_the_band_is_calibrated_on_the_develop_runs_and_judged_on_the_held_out_o
     """A run is develop or held out by its workload's name; calibration reads the training left,
     actual over the ETA's, at every twentieth of each run; the goals are judged on the held-out
     runs. Fails if the split or the ratio's direction is lost (a truth twice as late doubles the
-    median)."""
+    median), or if the plans' runs are not told apart by name."""
     dev = run_dir(tmp_path, "teacher-mlp-b256-lr0.1-s1", 50.63)
     run_dir(tmp_path, "shapes-resnet-b32-lr0.1-s1", 50.63)
     rows = [bench.row_of(d) for d in bench.run_dirs([tmp_path])]
@@ -70,8 +70,10 @@ def test_the_band_is_calibrated_on_the_develop_runs_and_judged_on_the_held_out_o
     assert once["points"] > 10 and once["q10"] <= once["median"] <= once["q90"]
     late = bench.calibration([run_dir(tmp_path / "late", "teacher-mlp-late", 101.26)])
     assert late["median"] > 2 * once["median"]
+    run_dir(tmp_path, "teacher-mlp-plan-s1", 50.63)         # a plan's run (plan_quality's name), counted apart too
     monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
     bench.main([str(tmp_path)])
     written = json.loads((tmp_path / "results" / "eta.json").read_text())
     assert written["goals_judged_on"] == "held out"
-    assert {s["runs_of"] for s in written["shares"]} == {"develop", "held out", "all"}
+    runs = {s["runs_of"]: s["runs"] for s in written["shares"] if s["share"] == 0.25}
+    assert runs == {"develop": 2, "held out": 1, "all": 3, "plans": 1}

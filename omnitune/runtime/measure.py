@@ -48,8 +48,11 @@ class Settings:
     # against 8.5% (90th percentile 53% against 18%) (benchmarks.calibration --compare budget).
     calibration_budget_s: float = 8.0
     # A calibration job stops once it has timed this many updates past its warm-up, if its seconds
-    # are not up first; 0: it runs its seconds (benchmarks.calibration --compare updates).
-    calibration_updates: int = 0
+    # are not up first; 0: it runs its seconds. Over 44 configurations of four workloads, 3
+    # profiles each, 40 updates erred by a median 7.2% against 8.9% for whole seconds (nearer in 26
+    # of 44), and saved about 1 s of lenet-digits' 10.9-s profile; the slower models' jobs end on
+    # their seconds either way (benchmarks.calibration --compare updates, 2026-11-30).
+    calibration_updates: int = 40
     # No protocol starts its calibration jobs once they have run this long (profile_worker.calibrate):
     # each job costs more than it trains (its model, optimizer, barriers and final evaluation), and
     # 40 jobs of 0.2 s on an H100 machine's 17 ranks took 17.1 s of a 36.8 s profile. The jobs run
