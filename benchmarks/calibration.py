@@ -9,11 +9,11 @@ planner's seconds per iteration. Four comparisons (COMPARISONS): `batches`, cali
 16, 64 and 256 against 16 and 256; `halving`, on charlm-stdlib, a slow model's smaller batch
 kept at 16 against halved to 8 (profile_worker.sized_specs); `budget`, the calibration jobs'
 seconds in all (Settings.calibration_budget_s) at 8 against 4, each job then a quarter
-second, not 0.4 (profile_worker.job_seconds); `updates`, each job run its seconds against
-stopped once it has timed 40 updates (Settings.calibration_updates). For each workload (lenet-digits,
-teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick) each arm profiles this
-machine N times (3; 1 with --quick), the arms taking turns round by round so that the machine's
-drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
+second, not 0.4 (profile_worker.job_seconds); `updates`, jobs that run their seconds against
+jobs that stop once they have timed 40 updates (Settings.calibration_updates). For each
+workload (lenet-digits, teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick)
+each arm profiles this machine N times (3; 1 with --quick), the arms taking turns round by round,
+the first going last every other round, so that the machine's drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
 per core and two groups at each batch, hpsgd and gossip at the middle one) at batches no
 calibration job of either arm runs is timed by real jobs of the runtime (3 runs, one with
 --quick), and every profile's prediction (planning.profiled: the calibrated analytic model, or

@@ -6,14 +6,15 @@
 `omnitune run` re-fits its time to target as test readings arrive (efficiency/eta.py) and shows
 it with a band. This benchmark replays that estimate on finished runs: every run directory under
 each DIR (a `summary.json` beside a `metrics.jsonl`, as `benchmarks.plan_quality --work-dir` and
-`benchmarks.retune` keep them) whose run reached its target. The plans' runs (plan_quality's) are
-also reported apart: they start from their probe's checkpoint and are re-tuned, as a user's are. From the readings up to a quarter
+`benchmarks.retune` keep them) whose run reached its target. From the readings up to a quarter
 (and a half) of the run's training time to target, the ETA predicts the time to target (the
 training so far plus the training left); the truth is the time the run reached it (its summary's
 `time_to_target_s`, evaluations left out, as the ETA's clock). A run whose readings up to then
 give no estimate counts as "no estimate", and one whose band has no top as "no band": neither
-has held. A replay, not the thread: the live thread fits at most every 20 times its last fit's
-CPU time, so it may show an older fit than this one.
+has held. The plans' runs (plan_quality's NAME-plan-sN) are also counted apart: they start
+from their probe's checkpoint and are re-tuned, as a user's run is. A replay, not the thread:
+the live thread fits at most every 20 times its last fit's CPU time, so it may show an older
+fit than this one.
 
 The band's factors (eta.BAND) are read from the DEVELOP workloads' runs: at every twentieth of
 each run, the training actually left over the ETA's, 10th and 90th percentiles over them all
