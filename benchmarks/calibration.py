@@ -13,8 +13,9 @@ second, not 0.4 (profile_worker.job_seconds); `updates`, jobs that run their sec
 jobs that stop once they have timed 40 updates (Settings.calibration_updates). For each
 workload (lenet-digits, teacher-mlp, shapes-resnet, charlm-stdlib; the first alone with --quick)
 each arm profiles this machine N times (3; 1 with --quick), the arms taking turns round by round,
-the first going last every other round, so that the machine's drift falls on both. Then each configuration (`configs`: sync on one worker and on one worker
-per core and two groups at each batch, hpsgd and gossip at the middle one) at batches no
+the first going last every other round, so that the machine's drift falls on both. Then each
+configuration (`configs`: sync on one worker and on one worker per core and two groups at each
+batch, hpsgd and gossip at the middle one) at batches no
 calibration job of either arm runs is timed by real jobs of the runtime (3 runs, one with
 --quick), and every profile's prediction (planning.profiled: the calibrated analytic model, or
 the simulator where no job ran the shape) is set against the runs' median. Rows give per
@@ -33,7 +34,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
@@ -157,8 +158,7 @@ def main() -> None:
                          for m in configs_out)}
                for arm in arms if arm != first}
     result = {"quick": args.quick, "compare": args.compare,
-              "arms": {a: {"calibrate_batches": list(s.calibrate_batches), "calibrate_least_batch": s.calibrate_least_batch,
-                           "calibration_budget_s": s.calibration_budget_s} for a, s in arms.items()},
+              "arms": {a: asdict(s) for a, s in arms.items()},       # every setting, whichever the arms differ in
               "rounds": rounds, "runs": runs, "rows": rows, "configurations": configs_out, "profiles": walls,
               "median_abs_err_pct": median_err, "against_first": against, "goal_points": GOAL_POINTS,
               "goals_met": {arm: median_err[arm] <= median_err[first] + GOAL_POINTS for arm in arms}}
