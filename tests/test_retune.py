@@ -397,6 +397,49 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         [(1000 - p) * int(p) / (p + 0.1 * (p - b)) for p, b in zip(pauses, began)])
 
 
+@pytest.mark.parametrize("limit_s, paused_at", [(170.0, 140.0), (160.0, None)])
+def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_costs(tmp_path, monkeypatch,
+                                                                                    limit_s, paused_at):
+    """A fake launcher on one clock, the re-tuner's estimate 9.5 s of probes: with the restart,
+    a pause costs 14 s, so the first is due at 140 s of training. Under a 170-s limit it leaves
+    30 s after its 14, and is taken; under 160 s it would leave 6, and the run goes on to its
+    limit unpaused (the summary still says when the schedule had it due). Fails if the schedule
+    ignores the limit, or skips a pause that pays."""
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    stops, pauses = [], []
+
+    def run_job(args):
+        stops.append(args.stop_at_s)
+        clock["t"] += job.RESTART_S
+        end = min(args.stop_at_s, limit_s)
+        clock["t"] += end - clock["train"]
+        clock["train"] = end
+        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
+                          (int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        clock["t"] += 9.5
+        pauses.append(clock["train"])
+        return spec, {"before": {}, "after": {}, "switched": False}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=limit_s))
+    s = job.run_with_replans(plan, replace(args, max_time_s=limit_s), None, replan, 9.5)
+    assert s.first_pause_at_s == pytest.approx(140.0)
+    assert pauses == ([] if paused_at is None else [pytest.approx(paused_at)])
+    assert stops[0] == (math.inf if paused_at is None else pytest.approx(paused_at))
+
+
 @pytest.mark.parametrize("predicted", [None, 1000, 5000])
 def test_a_schedule_is_refitted_at_the_runs_own_pace(tmp_path, monkeypatch, predicted):
     """run_with_replans on a fake clock, its pace check at 12 s of a 240-s limit and the first pause

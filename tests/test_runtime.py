@@ -301,6 +301,34 @@ def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_pace_wait_s
     assert [bool(x.get("off_pace")) for x in lines] == [math.isfinite(wait_s) and k >= 6 for k in range(1, len(lines) + 1)]
 
 
+def test_an_off_pace_or_stalled_run_is_not_paused_where_the_pause_would_leave_less_than_it_costs(tmp_path,
+                                                                                               monkeypatch):
+    """A 40 s limit. The off-pace curve above, with a 9-s pause: its latest half lasts 9 s at 18 s,
+    and a pause there leaves 13 s of the limit after its 9, so the segment ends; with a 12-s pause,
+    due at 24 s, it would leave 4: the run goes on to its limit. A flat curve whose stall may
+    stop it at once: stalled at 5 s, it ends there for a 12-s pause (23 s left after it), and not
+    for a 20-s one (15 s). Fails if either stop ignores the limit."""
+    import torch
+
+    def ends(curve, wait_s: float, stall_from_s: float = math.inf) -> int | None:
+        clock = {"t": 0.0}
+        monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, curve(clock["t"])))
+        m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / f"m{wait_s}.jsonl", pace_wait_s=wait_s,
+                            limit_s=40.0, stall_stop_from_s=stall_from_s)
+        monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
+        model = torch.nn.Linear(1, 1)
+        for t in range(1, 40):
+            clock["t"] = float(t)
+            if m.check(model, t):
+                return t
+        return None
+    creeping, flat = (lambda t: 0.2 + 0.01 * t), (lambda t: 0.5)
+    assert ends(creeping, 9.0) == 18 and ends(creeping, 12.0) is None
+    assert ends(flat, 12.0, 0.0) == 5 and ends(flat, 20.0, 0.0) is None
+    assert monitor.pause_pays(10.0, 15.0, 40.0) and not monitor.pause_pays(10.0, 15.1, 40.0)
+    assert monitor.pause_pays(39.0, math.inf, 40.0)        # no pause weighed (--stop-on-stall): a stall stops
+
+
 def test_a_curve_that_climbs_slowly_through_noise_is_not_stalled(tmp_path, monkeypatch):
     """Accuracy 0.5 + 0.002 t, with one lucky reading of +0.05 at 10 s: no better reading comes
     from 10 s until 36 s, which the old rule (no new best for a fifth of the training) called a

@@ -26,7 +26,7 @@ from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
-from omnitune.runtime import checkpoint, launch as launch_mod, segments, workload as workload_mod
+from omnitune.runtime import checkpoint, launch as launch_mod, monitor, segments, workload as workload_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
@@ -254,6 +254,8 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
         before_s, cost_s = spent_s + owed_s, probes_s + restart_s
         stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
         first_stop_s = stop_s if first_stop_s is None else first_stop_s
+        if every_s is None and not monitor.pause_pays(stop_s, cost_s, job.max_time_s):
+            stop_s = math.inf       # a pause there would leave less of the time limit than it costs
         pacing = check_s is not None and check_s < stop_s
         stop_s, check_s = (check_s, None) if pacing else (stop_s, check_s)
         # A stall pauses the run at once where a pause fits the budget. A run off pace (at the
