@@ -403,8 +403,9 @@ def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_co
     """A fake launcher on one clock, the re-tuner's estimate 9.5 s of probes: with the restart,
     a pause costs 14 s, so the first is due at 140 s of training. Under a 170-s limit it leaves
     30 s after its 14, and is taken; under 160 s it would leave 6, and the run goes on to its
-    limit unpaused (the summary still says when the schedule had it due). Fails if the schedule
-    ignores the limit, or skips a pause that pays."""
+    limit unpaused (the summary still says when the schedule had it due, and what a pause costs,
+    and `run` says why a stall there went unanswered). Fails if the schedule ignores the limit, or
+    skips a pause that pays."""
     from dataclasses import replace
 
     from omnitune.core import plan as plan_mod
@@ -438,6 +439,14 @@ def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_co
     assert s.first_pause_at_s == pytest.approx(140.0)
     assert pauses == ([] if paused_at is None else [pytest.approx(paused_at)])
     assert stops[0] == (math.inf if paused_at is None else pytest.approx(paused_at))
+    # The summary keeps what a pause costs; `run` says why a stalled run that missed its target
+    # was never paused, and nothing where it was, or did not stall.
+    from omnitune.cli.commands import _unanswered_stall
+    assert s.pause_cost_s == pytest.approx(14.0)
+    line = _unanswered_stall(replace(s, stalled_at_s=30.0))
+    assert (line is None) == (paused_at is not None)
+    assert line is None or ("estimated at 14s" in line and "from 140s" in line)
+    assert _unanswered_stall(s) is None
 
 
 @pytest.mark.parametrize("predicted", [None, 1000, 5000])

@@ -447,12 +447,29 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
     if summary.stalled_at_s is not None and not summary.reached_target:
         out.print(f"stalled at {summary.stalled_at_s:.1f}s of training: its best accuracy had not improved for a "
                   "fifth of the training (metrics.jsonl marks each evaluation while it lasted)")
+        unanswered = _unanswered_stall(summary)
+        if unanswered:
+            out.print(unanswered)
     if summary.diverged_at_s is not None:
         out.print(f"diverged at {summary.diverged_at_s:.1f}s of training: its training loss rose to twice its "
                   "lowest or more" + (", and re-tuning went on from the best checkpoint" if summary.replans else
                                       " (re-tuned, without --no-retune, it goes on from the best checkpoint)"))
     if not summary.reached_target:
         raise typer.Exit(1)
+
+
+def _unanswered_stall(summary) -> str | None:
+    """Why a re-tuned run that stalled and missed its target never paused: what a pause was
+    estimated to cost, and when the run would have paid it (job.run_with_replans)."""
+    from omnitune.runtime.job import RETUNE_SHARE
+
+    cost = summary.pause_cost_s
+    if summary.replans or summary.first_pause_at_s is None or cost is None or summary.stalled_at_s is None:
+        return None
+    return (f"no pause answered the stall: a pause was estimated at {cost:.0f}s, which a stall is paid only once "
+            f"re-tuning stays within a tenth of the training (from {cost / RETUNE_SHARE:.0f}s of it), and being off "
+            f"pace only once the latest half of the training lasted {cost:.0f}s with twice that left of the time "
+            "limit; to go on, plan again with a lower --lr pinned, or give the run a longer --max-time-s")
 
 
 # How often `run` re-fits the ETA: every ETA_EVERY_S at most, on a new reading only, and taking at

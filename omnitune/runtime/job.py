@@ -313,7 +313,7 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     # A later segment resumes from the pause's checkpoint: the run itself started at the first's.
     summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
                                   diverged_at_s=diverged_at_s, started_at_s=started_at_s,
-                                  first_pause_at_s=first_stop_s, repaced=repaced)
+                                  first_pause_at_s=first_stop_s, repaced=repaced, pause_cost_s=cost_s)
     save_summary(summary, run_dir / "summary.json")
     return summary
 

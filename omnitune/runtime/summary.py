@@ -53,6 +53,8 @@ class RunSummary:
     first_pause_at_s: float | None = None  # a re-tuned run's: the time on its clock its first pause was
                                            # set for (job.next_stop, or --replan-every-s); None: not
                                            # re-tuned
+    pause_cost_s: float | None = None  # a re-tuned run's: what its next pause was estimated (or, once one
+                                       # was timed, measured) to cost, probes and restart, at its end
     repaced: dict[str, float] | None = None   # the schedule re-fitted at the run's own pace (job.paced): iteration,
                                     # train_s, horizon before and after, sec_per_iter measured and predicted
 
