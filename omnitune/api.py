@@ -154,8 +154,7 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     updates), and what its first pause should cost (pause.pause_cost_s). `priced=False`: rates
     and momenta only, as if the plan's profile were not at hand; where it is not, `notice` hears so."""
     plan = plan_mod.load(plan_path)
-    prof = plan_profile(plan, plan_path) if priced else None
-    step_s = planning.spec_step_s(prof, plan.layout) if prof is not None else None
+    step_s = pause_step_s(plan, plan_path) if priced else None
     if priced and step_s is None and not plan.simulated_cluster:
         notice(f"the plan's profile {plan.profile} is not at hand (beside the plan, or as given) or cannot be "
                "read: the run's pauses compare rates and momenta only, not batches or protocols")
@@ -163,8 +162,7 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     wl = None if plan.simulated_cluster else wl_mod.load(plan.spec.workload)
     validation = pause.validation_size(wl, plan.spec.data_dir) if wl else pause.RETUNE_VALIDATION
     return (partial(pause.retune, iters=iters, step_s=step_s),
-            pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl, validation,
-                               planning.host_step_s(prof) if prof is not None else None))
+            pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl, validation))
 
 
 def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:
@@ -174,19 +172,14 @@ def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:
 
 
 def pause_step_s(plan: Plan, plan_path: str | Path) -> planning.StepTime | None:
-    """The hardware model of the plan's profile (`plan_profile`), which prices a pause's other
-    batches and protocols; None where that profile is not at hand: pauses then compare rates
-    and momenta only."""
-    prof = plan_profile(plan, plan_path)
-    return None if prof is None else planning.spec_step_s(prof, plan.layout)
-
-
-def plan_profile(plan: Plan, plan_path: str | Path) -> Profile | None:
-    """The plan's profile (`profile_path`); None where it is not at hand (another node's path, a
-    simulated fleet) or cannot be read."""
+    """The hardware model of the plan's profile (`profile_path`), which prices a pause's other
+    batches and protocols; None where that profile is not at hand (another node's path, a
+    simulated fleet): pauses then compare rates and momenta only."""
     try:
         path = profile_path(plan, plan_path)
-        return None if plan.simulated_cluster or path is None else profile_mod.load(path)
+        if plan.simulated_cluster or path is None:
+            return None
+        return planning.spec_step_s(profile_mod.load(path), plan.layout)
     except UserError:
         return None
 

@@ -139,9 +139,7 @@ def test_a_runs_first_pause_is_priced_by_what_its_workload_reads(tmp_path, monke
     plan = replace(plan, spec=replace(plan.spec, workload=str(path)))
     plan_mod.save(plan, tmp_path / "plan.json")
     _, cost = api.retuner(tmp_path / "plan.json", 30)
-    prof = profile.load(DATA / "profile-v1.json")
-    step_s, host = hardware.spec_step_s(prof, plan.layout), hardware.host_step_s(prof)
+    step_s = hardware.spec_step_s(profile.load(DATA / "profile-v1.json"), plan.layout)
     sec = plan.prediction.sec_per_iter
-    assert cost == pytest.approx(pause_cost_s(plan.spec, 30, step_s, sec, wl, 40, host))
-    assert cost < pause_cost_s(plan.spec, 30, step_s, sec, None, 40, host) < pause_cost_s(plan.spec, 30, step_s, sec,
-                                                                                          host=host)
+    assert cost == pytest.approx(pause_cost_s(plan.spec, 30, step_s, sec, wl, 40))
+    assert cost < pause_cost_s(plan.spec, 30, step_s, sec, None, 40) < pause_cost_s(plan.spec, 30, step_s, sec)

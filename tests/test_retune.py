@@ -694,32 +694,6 @@ def test_a_pause_on_one_cpu_counts_the_timing_of_its_batches():
                                                                      + NOISE_DRAWS * 0.016)
 
 
-def test_a_pause_priced_by_the_host_steps_each_emulated_gradient_at_its_batch():
-    """pause.emulated_update_s: a synchronous job's devices' batches in one gradient, a parameter
-    server's one group's batch per gradient, replicas one gradient per device, each at the host's
-    step for its batch. pause_cost_s with such a host prices two synchronous workers by one
-    gradient of both batches, where the run's step per device (the estimate without a host) is
-    twice a gradient's: gru-count's two workers of batch 8 emulate batch 16 in 46 ms a step, which
-    that estimate took for 2 x 68 ms, 104 s for pauses of 29-39 s. Fails if the host's steps are
-    ignored, or a synchronous job's emulation is priced per device."""
-    from omnitune.probing.pause import FORWARD_SHARE, emulated_update_s, pause_cost_s
-    from omnitune.planning.retune import COOL_SHARE
-    from tests.conftest import make_spec
-
-    host = lambda b: 0.04 + 0.0005 * b      # noqa: E731  a small model's step: mostly overhead
-    sync = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
-    assert emulated_update_s(sync, host) == pytest.approx(host(16))
-    server = make_spec("groups", [["cpu0"], ["cpu1"]], batch=8, lr=0.1, momentum=0.9)
-    assert emulated_update_s(server, host) == pytest.approx(host(8))
-    gossip = make_spec("gossip", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
-    assert emulated_update_s(gossip, host) == pytest.approx(2 * host(8))
-    # Unpriced (no hardware model): the 3 rates read and the current setting twice more, each its
-    # updates and cool-down at one gradient of batch 16, and two evaluations of 512 samples at once.
-    read = 30 * (1 + COOL_SHARE) * host(16) + 2 * FORWARD_SHARE * host(512)
-    assert pause_cost_s(sync, 30, None, 0.068, host=host) == pytest.approx(5 * read)
-    assert pause_cost_s(sync, 30, None, 0.068, host=host) < pause_cost_s(sync, 30, None, 0.068) / 2
-
-
 def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     """teacher-mlp's stalled pause at 10.5 s (batch 64, lr 0.033) read a tenth of the rate lower on
     both losses beyond the noise and took it; the run then missed its target. A stalled pause now

@@ -19,8 +19,7 @@ timing (`Timer`).
 """
 
 from omnitune.planning.build import build_plan, candidate_rows, predict
-from omnitune.planning.hardware import (Hardware, StepTime, host_step_s, measured_shape, profiled, spec_batches, spec_of,
-                                        spec_step_s)
+from omnitune.planning.hardware import Hardware, StepTime, measured_shape, profiled, spec_batches, spec_of, spec_step_s
 from omnitune.planning.omnivore import Search, search
 from omnitune.planning.probes import HandsOn, Prober
 from omnitune.planning.setups import enumerate_setups
@@ -28,5 +27,5 @@ from omnitune.planning.space import DEFAULT_BATCHES, MU_STAR, Config, Scored, Se
 from omnitune.planning.timed import Timer
 
 __all__ = ["Config", "DEFAULT_BATCHES", "HandsOn", "Hardware", "MU_STAR", "Prober", "Scored", "Search", "Setup",
-           "Space", "Timer", "build_plan", "candidate_rows", "enumerate_setups", "host_step_s", "measured_shape",
-           "predict", "profiled", "search", "spec_batches", "spec_of", "spec_step_s", "StepTime"]
+           "Space", "Timer", "build_plan", "candidate_rows", "enumerate_setups", "measured_shape", "predict",
+           "profiled", "search", "spec_batches", "spec_of", "spec_step_s", "StepTime"]

@@ -111,15 +111,6 @@ def probe_host(perf: PerfModel) -> str | None:
     return max(cpus, key=lambda d: perf.cores.threads[d], default=None)
 
 
-def host_step_s(profile: Profile) -> Callable[[float], float] | None:
-    """Seconds a step of a batch takes on the probe host (`probe_host`, the widest CPU worker),
-    from its measured steps: what the emulation of a probe or a pause, which computes every
-    gradient in this process on all its threads, pays for each gradient. None with no CPU."""
-    perf = PerfModel.from_profile(profile)
-    host = probe_host(perf)
-    return None if host is None else (lambda b: float(perf.compute[host](b)))
-
-
 def eval_cost(setups: list[Setup], test_size: int) -> float:
     """Seconds a probe's test evaluation takes: a forward pass over `test_size` samples, about half
     a training step's time per sample (from the profile, at the cheapest per sample)."""

@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from omnitune.core import env, protocols
+from omnitune.core import env
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import goodput
 from omnitune.planning import retune as retune_mod
@@ -24,7 +23,7 @@ from omnitune.probing.emulator import emulator
 from omnitune.probing.probe import probe_config
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.flat import get_grads, num_params
-from omnitune.runtime.workload import EVAL_BATCH, Workload, batches, evaluate, first
+from omnitune.runtime.workload import Workload, batches, evaluate, first
 
 RETUNE_VALIDATION = 512     # test samples a re-tuning candidate is scored on, the same for all
 FORWARD_SHARE = 1 / 3       # an evaluation's forward pass costs about this share of a training step
@@ -137,67 +136,36 @@ def noise_and_growth(wl: Workload, train, spec: RunSpec, state: dict, step_s: St
 
 
 def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_iter: float,
-                 wl: Workload | None = None, validation: int = RETUNE_VALIDATION,
-                 host: Callable[[float], float] | None = None) -> float:
+                 wl: Workload | None = None, validation: int = RETUNE_VALIDATION) -> float:
     """What a pause's readings should cost before one was timed: each candidate a stalled run's
     pause reads (retune.spec_candidates: all of them; a pause on the schedule reads fewer, those
     of no lower rate per sample; neither reads ten times or a tenth of the rate unless three
     times or a third of it read better, counted here as not: retune.further) trains its
-    updates (retune.pace's, for its batch), cools down and is evaluated twice; the current
-    setting is read twice more; where the pause weighs the goodput (`grows`), its batch is read
-    twice, its noise scale draws gradients, and on one CPU device the larger batches are timed
-    (`timed_scales`). The evaluations are of `validation` samples (`validation_size`).
-
-    With `host` (hardware.host_step_s: a step's seconds at a batch on this machine's widest CPU
-    worker, from the profile) each reading is priced as the emulation computes it, in this
-    process: a gradient of each synchronous group's batch together (`emulated_update_s`), the
-    evaluation a forward pass at evaluate's batch. Without it, every update costs the run's
-    seconds per iteration for each device. That guess erred both ways (offline pauses from real
-    runs' checkpoints, 2026-11-30): gru-count's two workers of batch 8, whose emulation steps
-    batch 16 at once in 46 ms where the guess took 2 x 68, estimated 104 s for pauses that took
-    29-39 s; shapes-resnet at batch 8 (its 512 evaluation samples priced as 64 steps' forward
-    passes) 24.8 s for 13-17 s; teacher-mlp 3.6 s for 4.1-6.6 s."""
+    updates, cools down and is evaluated twice, and two of them are read again, at the run's
+    seconds per iteration for each device (the emulation steps every device's batch in this
+    process), and on one CPU device the larger batches' timing (`timed_scales`). A stall is
+    what pauses a run within its budget: taken
+    at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
+    and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
+    16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
+    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
+    goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
+    where the pause weighs them (`grows`), and the evaluations are
+    of `validation` samples (`validation_size`)."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
     updates = iters * (1 + retune_mod.COOL_SHARE)
+    evaluations = 2 * min(validation, RETUNE_VALIDATION) / sum(spec.batch_size.values()) * FORWARD_SHARE
+    # Where the pause weighs the goodput (the hardware model prices the batch of an SGD run): the
+    # goodput's batch, read twice as a candidate of its own, and the noise scale's gradients (a
+    # step each, with no update).
     priced = grows(wl, spec, step_s)
+    reads = len(tried) + 2 + (2 if priced else 0)
     noise = NOISE_DRAWS if priced else 0
-    if host is None:
-        evaluations = 2 * min(validation, RETUNE_VALIDATION) / sum(spec.batch_size.values()) * FORWARD_SHARE
-        reads = len(tried) + 2 + (2 if priced else 0)
-        # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at
-        # its multiple of the run's step.
-        timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) if priced and timeable(spec) else 0
-        return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
-    samples = min(validation, RETUNE_VALIDATION)
-    evaluation = FORWARD_SHARE * host(min(samples, EVAL_BATCH)) * math.ceil(samples / EVAL_BATCH)
-
-    def read_s(setting: retune_mod.Setting) -> float:
-        pace = retune_mod.pace(spec, setting, step_s) if step_s is not None else 1.0
-        return updates * pace * emulated_update_s(retune_mod.shaped(spec, setting), host) + 2 * evaluation
-
-    current = tried[0]
-    grown = [retune_mod.Setting(current.lr, current.momentum, max(retune_mod.GROWTH))] if priced else []
-    grown = [g for g in grown if step_s(retune_mod.shaped(spec, g)) is not None] or [current] * len(grown)
-    total = sum(map(read_s, tried)) + 2 * read_s(current) + 2 * sum(map(read_s, grown))
-    largest = max(sum(g) for g in spec.group_batches)
-    total += noise * host(largest)
-    if priced and timeable(spec):
-        total += TIMED_ROUNDS * (1 + TIMED_STEPS) * sum(host(k * largest) for k in (1.0, *retune_mod.GROWTH))
-    return total
-
-
-def emulated_update_s(spec: RunSpec, host: Callable[[float], float]) -> float:
-    """Seconds an iteration of `spec`'s emulation takes here, at `host`'s step time per batch: a
-    synchronous job's one gradient of every device's batch together (SyncEmulator); a parameter
-    server's update of gradients_per_update gradients, each of one group's batch together
-    (ServerEmulator); replicas' one gradient per device (ReplicaEmulator)."""
-    groups = spec.group_batches
-    if isinstance(spec.variant, protocols.Sync):
-        return host(sum(map(sum, groups)))
-    if spec.variant.has_server:
-        return spec.variant.gradients_per_update * sum(host(sum(g)) for g in groups) / len(groups)
-    return sum(host(b) for g in groups for b in g)
+    # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at
+    # its multiple of the run's step.
+    timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) if priced and timeable(spec) else 0
+    return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
 
 
 def validation_size(wl: Workload, data_dir: str | None) -> int:

@@ -223,11 +223,8 @@ def label_loss(workload: Workload, train: Dataset, samples: int = LABEL_SAMPLES,
     return abs(float(-(p * p.log()).sum()))        # one class: 0, not -0
 
 
-EVAL_BATCH = 512     # samples an evaluation's forward pass takes at once
-
-
 def evaluate(workload: Workload, model: torch.nn.Module, test: Dataset,
-             device: torch.device, batch_size: int = EVAL_BATCH) -> tuple[float, float]:
+             device: torch.device, batch_size: int = 512) -> tuple[float, float]:
     """Mean loss and metric (fraction correct) of `model` on `test`."""
     model.eval()
     total_loss, correct, n = 0.0, 0.0, len(test)
