@@ -466,10 +466,10 @@ def _unanswered_stall(summary) -> str | None:
     cost = summary.pause_cost_s
     if summary.replans or summary.first_pause_at_s is None or cost is None or summary.stalled_at_s is None:
         return None
-    return (f"no pause answered the stall: a pause was estimated at {cost:.0f}s, which a stall is paid only once "
-            f"re-tuning stays within a tenth of the training (from {cost / RETUNE_SHARE:.0f}s of it), and being off "
-            f"pace only once the latest half of the training lasted {cost:.0f}s with twice that left of the time "
-            "limit; to go on, plan again with a lower --lr pinned, or give the run a longer --max-time-s")
+    return (f"no pause answered the stall: one was estimated at {cost:.0f}s, and a stall pauses the run only once "
+            f"that is at most a tenth of its training (from {cost / RETUNE_SHARE:.0f}s), being off pace only once the "
+            f"latest half of its training lasted {cost:.0f}s with twice that left of the time limit; to go on, plan "
+            "again with a lower --lr pinned, or give the run a longer --max-time-s")
 
 
 # How often `run` re-fits the ETA: every ETA_EVERY_S at most, on a new reading only, and taking at
