@@ -464,7 +464,7 @@ def _unanswered_stall(summary) -> str | None:
     from omnitune.runtime.job import RETUNE_SHARE
 
     cost = summary.pause_cost_s
-    if summary.replans or summary.first_pause_at_s is None or cost is None or summary.stalled_at_s is None:
+    if summary.replans or cost is None or summary.stalled_at_s is None:     # cost: set by re-tuned runs only
         return None
     return (f"no pause answered the stall: one was estimated at {cost:.0f}s, and a stall pauses the run only once "
             f"that is at most a tenth of its training (from {cost / RETUNE_SHARE:.0f}s), being off pace only once the "
