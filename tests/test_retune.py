@@ -11,6 +11,15 @@ from omnitune.planning.retune import Reading, candidates, decide
 from omnitune.runtime.job import FIRST_COST_S, RETUNE_SHARE as SHARE, next_stop
 
 
+@pytest.fixture(autouse=True)
+def read_here(monkeypatch):
+    """The pauses here read in this process, where the tests' fakes of pause.pause_reading are
+    (test_readers.py runs the reader processes for real)."""
+    from omnitune.probing import pause
+
+    monkeypatch.setattr(pause, "reader_processes", lambda *a: 1)
+
+
 def test_pauses_double_and_all_retuning_fits_in_its_share():
     """A fake clock of measured costs, one small, one large: every pause comes at least twice as
     late as the last, and the re-tuning spent by then, the pause's own included, is at most SHARE
@@ -69,7 +78,7 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9)
     read = []
 
-    def fake(wl, train, held, spec, state, setting, batches, iters):
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append(setting.lr)
         return Reading(math.inf, math.inf, -math.inf) if setting.lr >= 0.1 else Reading(1.0, 1.0, 0.0)
     monkeypatch.setattr(pause, "pause_reading", fake)
@@ -208,7 +217,7 @@ def test_a_diverged_runs_pause_reads_no_larger_rate_and_weighs_no_growth(tmp_pat
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.1, momentum=0.9)
     read, weighed = [], []
 
-    def fake(wl, train, held, spec, state, setting, batches, iters):
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append((setting.lr, setting.batch))
         return Reading(1.0 + abs(math.log10(setting.lr / 0.03)), 1.0 + abs(math.log10(setting.lr / 0.03)), 0.0)
     monkeypatch.setattr(pause, "pause_reading", fake)
@@ -834,7 +843,7 @@ def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path,
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
     read = []
 
-    def fake(wl, train, held, spec, state, setting, batches, iters):
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append((setting, iters))
         return Reading(1.0, 1.0, 0.0)
     monkeypatch.setattr(pause, "pause_reading", fake)
@@ -885,7 +894,7 @@ def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
     read = []
 
-    def fake(wl, train, held, spec, state, setting, batches, iters):
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append(setting)
         ratio = round(setting.lr / 0.1, 2)
         return Reading(*x3_reads, 0.0) if ratio == 3.0 else Reading(1.2, 1.2, 0.0) if ratio == 0.33 \

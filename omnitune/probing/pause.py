@@ -1,6 +1,7 @@
 """A re-tuning pause's readings (Omnivore's steady state), from a run's checkpoint: each
 candidate trains a few updates by its protocol's emulation (emulator.py) and is scored on a
-fixed validation subset, raw and after a cool-down; where the hardware model prices batches,
+fixed validation subset, raw and after a cool-down (side by side, in reader processes, where
+they would take long one after another); where the hardware model prices batches,
 the gradient noise scale and, on one CPU device, the step times of larger batches are measured
 too. planning/retune.py decides from the readings; runtime/job.py pauses the run for them.
 """
@@ -8,7 +9,11 @@ too. planning/retune.py decides from the readings; runtime/job.py pauses the run
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,7 @@ from omnitune.planning import retune as retune_mod
 from omnitune.planning.hardware import StepTime
 from omnitune.probing.emulator import emulator
 from omnitune.probing.probe import probe_config
+from omnitune.runtime import launch as launch_mod
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.flat import get_grads, num_params
 from omnitune.runtime.workload import Workload, batches, evaluate, first
@@ -51,6 +57,88 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
             return diverged
     loss, accuracy = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[:2]
     return retune_mod.Reading(raw, loss, spec.target.score_of(loss, accuracy) if spec.target else -math.inf)
+
+
+Task = tuple[retune_mod.Setting, int, int, bool]    # a reading's setting, data order, updates, cool-down
+
+
+class Readers:
+    """A pause's readings (`pause_reading`), side by side in processes of their own: `processes`
+    readers, each on its share of this process's threads, so that a wave of readings takes about
+    its longest reading's time rather than their sum; with one, every reading is taken here, one
+    after another, in the same order, as where the readers fail. The readers load the workload,
+    the datasets (from the cache, or a copy the pause writes beside the checkpoint) and the
+    checkpoint as they start. A model whose step gains little from more threads (a small
+    recurrent one) reads faster so, the others about as fast: `reader_processes` says how many.
+    Each reading is the same arithmetic wherever it is taken, up to the rounding of its threads."""
+
+    def __init__(self, wl: Workload, datasets: tuple, held, spec: RunSpec, checkpoint: Path, validation: int,
+                 processes: int):
+        self.here = (wl, datasets[0], held, spec)
+        self.pool, self.copy, self.broken, self.processes = None, None, "", max(1, processes)
+        if processes < 2:
+            return
+        threads = max(1, torch.get_num_threads() // processes)
+        cached = spec.data_dir is None and wl.cache_path() is not None
+        if not cached:
+            copy = checkpoint.parent / "pause-datasets.pt"
+            self.copy = copy if workload_mod.share(datasets, copy) else None
+        launch_mod.start_server()       # its imports are the readers' (a no-op where the run started it)
+        callers = {k: v for k, v in os.environ.items() if k.startswith(launch_mod.CALLERS_ENV)}
+        self.pool = ProcessPoolExecutor(
+            processes, mp_context=multiprocessing.get_context(launch_mod.START_METHOD),
+            initializer=launch_mod.as_launched,
+            initargs=(os.getcwd(), callers, _reader_start, spec, str(checkpoint),
+                      str(self.copy) if self.copy else None, validation, threads))
+
+    def read(self, state: dict, tasks: list[Task]) -> list[retune_mod.Reading]:
+        """The readings of `tasks` from the checkpoint's `state`, in their order."""
+        if self.pool is not None and len(tasks) > 1:
+            try:
+                return list(self.pool.map(_reader_read, tasks))
+            except BrokenProcessPool as e:      # a reader died (out of memory, killed): the rest here
+                self.broken = f"readers failed ({e}); read in the pause's own process"
+                self.close()
+        return [pause_reading(*self.here, state, *task) for task in tasks]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+        if self.copy is not None:
+            self.copy.unlink(missing_ok=True)
+            self.copy = None
+
+
+_READER: dict = {}      # a reader process's workload, datasets, spec and checkpoint state (`_reader_start`)
+
+
+def _reader_start(spec: RunSpec, checkpoint: str, copy: str | None, validation: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    env.keep_freed_memory()
+    wl = workload_mod.load(spec.workload)
+    train, test = workload_mod.shared(copy) if copy else wl.build_datasets(spec.data_dir, spec.seed)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    _READER.update(here=(wl, train, first(test, validation), spec), state=state)
+
+
+def _reader_read(task: Task) -> retune_mod.Reading:
+    return pause_reading(*_READER["here"], _READER["state"], *task)
+
+
+READERS_FROM_S = 10.0    # a pause starts readers only where its readings left would take this long here
+
+
+def reader_processes(readings: int, seconds: float) -> int:
+    """How many readers a pause starts for `readings` readings left, which one after another
+    here would take `seconds`: one per thread of this process, at most one per reading, where
+    that is READERS_FROM_S or more; else none (1: it reads them itself), since readers pay for
+    their start (their imports, the datasets, the checkpoint: about a second) and for waves of
+    unequal readings. Timed from saved checkpoints on a 2-core machine, two one-thread readers
+    took gru-count's stalled pause 1.5x faster than one process on both threads, a plateau
+    check's long pair about 2x; shapes-resnet's pauses about as fast, and teacher-mlp's, shorter
+    than READERS_FROM_S, start none (CHANGELOG, 2026-11-30)."""
+    return min(torch.get_num_threads(), readings) if seconds >= READERS_FROM_S else 1
 
 
 NOISE_DRAWS = 32            # minibatch gradients a pause's noise scale is measured on (goodput.noise_scale)
@@ -151,7 +239,8 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
     goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
     where the pause weighs them (`grows`), and the evaluations are
-    of `validation` samples (`validation_size`)."""
+    of `validation` samples (`validation_size`). The readings are counted one after another:
+    readers (`Readers`) side by side are not, which leaves the estimate high where they start."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
     updates = iters * (1 + retune_mod.COOL_SHARE)
@@ -212,8 +301,8 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
-    train, test = wl.build_datasets(spec.data_dir, spec.seed)
-    held = first(test, RETUNE_VALIDATION)
+    datasets = wl.build_datasets(spec.data_dir, spec.seed)
+    train = datasets[0]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     current = retune_mod.Setting(spec.lr, spec.momentum)
     stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
@@ -225,39 +314,47 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     phi, growth = noise_and_growth(wl, train, spec, state, step_s) if not diverged else (None, None)
     bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
     updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every + bigger}
-
-    def read(setting: retune_mod.Setting, batches: int) -> retune_mod.Reading:
-        return pause_reading(wl, train, held, spec, state, setting, batches, updates[setting])
+    held = first(datasets[1], RETUNE_VALIDATION)
     # The current setting first: where it diverges from here, the pause reads as a stalled run's,
     # and neither such a pause nor a diverged run's reads a larger rate (retune.below).
-    readings = {current: [read(current, spec.seed + 1)]}
+    began = time.perf_counter()
+    readings = {current: [pause_reading(wl, train, held, spec, state, current, spec.seed + 1, updates[current])]}
+    one_s = time.perf_counter() - began
     diverges = diverged or not math.isfinite(readings[current][0].cooled)
     stalled = stalled or diverges
-    rest = retune_mod.readable(every, stalled)[1:] + bigger
+    rest = list(dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger))
     if diverges:
         rest = retune_mod.below(rest, current)
-    skipped = []
-    for setting in dict.fromkeys(rest):
-        if retune_mod.further(setting, current, readings):     # a far rate only where the near one won
-            readings[setting] = [read(setting, spec.seed + 1)]
-        else:
-            skipped.append(setting)
-    rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
-    again = list(dict.fromkeys([current, *([rival] if rival else []), *(b for b in bigger if b in readings)]))
-    for setting in again if len(again) > 1 else ():     # again, on other batches: the noise
-        readings[setting].append(read(setting, spec.seed + 2))
-    target = spec.target.score if spec.target else math.inf
-    decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
-                                 growth[0] if growth else None)
-    # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
-    # keeps the run's noise where it levelled off (AdaScale: teacher-mlp grew from batch 64 at lr
-    # 0.1 to 512 at 0.725, sitting near 0.92 all the while), on a plateau pause and on one off
-    # pace (past half its way): where only plateau pauses were checked, a run of batch 64, lr 0.1
-    # to 0.95 that grew to 256 at lr 0.37 at its first pause grew to 512 at 0.74 when off pace at
-    # 84 s, and missed its target (2026-11-29).
-    grew = growth is not None and decision.setting == growth[0]
-    checked = plateau_check(wl, train, held, spec, state, iters) if why in ("plateau", "off pace") and (
-        not decision.switched or grew) else None
+    # The rest, and two of them again, at about the current setting's time each.
+    readers = Readers(wl, datasets, held, spec, checkpoint, RETUNE_VALIDATION,
+                      reader_processes(len(rest), one_s * (len(rest) + 2)))
+    try:
+        def read(settings: list[retune_mod.Setting], batches: int) -> list[retune_mod.Reading]:
+            return readers.read(state, [(s, batches, updates[s], True) for s in settings])
+        # The near settings at once, then the far rates whose near step won (retune.further).
+        for _ in range(2):
+            wave = [s for s in rest if s not in readings and retune_mod.further(s, current, readings)]
+            readings.update((s, [r]) for s, r in zip(wave, read(wave, spec.seed + 1)))
+        skipped = [s for s in rest if s not in readings]
+        rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
+        again = list(dict.fromkeys([current, *([rival] if rival else []), *(b for b in bigger if b in readings)]))
+        again = again if len(again) > 1 else []
+        for setting, r in zip(again, read(again, spec.seed + 2)):      # again, on other batches: the noise
+            readings[setting].append(r)
+        target = spec.target.score if spec.target else math.inf
+        decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
+                                     growth[0] if growth else None)
+        # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
+        # keeps the run's noise where it levelled off (AdaScale: teacher-mlp grew from batch 64 at lr
+        # 0.1 to 512 at 0.725, sitting near 0.92 all the while), on a plateau pause and on one off
+        # pace (past half its way): where only plateau pauses were checked, a run of batch 64, lr 0.1
+        # to 0.95 that grew to 256 at lr 0.37 at its first pause grew to 512 at 0.74 when off pace at
+        # 84 s, and missed its target (2026-11-29).
+        grew = growth is not None and decision.setting == growth[0]
+        checked = plateau_check(readers, spec, state, iters) if why in ("plateau", "off pace") and (
+            not decision.switched or grew) else None
+    finally:
+        readers.close()
     if checked and checked[0].switched:
         decision = checked[0]
     new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
@@ -275,13 +372,14 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
                              "raw_loss": float(np.mean([r.raw for r in v])),
                              "repeats": [r.cooled for r in v]}
                             for s, v in readings.items()],
+                 "readers": readers.processes, **({"readers_failed": readers.broken} if readers.broken else {}),
                  **({"plateau": {"updates": iters * retune_mod.PLATEAU_UPDATES,
                                  "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
                                  "reason": checked[0].reason}}
                     if checked else {})}
 
 
-def plateau_check(wl: Workload, train, held, spec: RunSpec, state: dict, iters: int) \
+def plateau_check(readers: Readers, spec: RunSpec, state: dict, iters: int) \
         -> tuple[retune_mod.Decision, dict[retune_mod.Setting, list[retune_mod.Reading]]]:
     """A "plateau" or "off pace" pause's long readings (retune.plateau): the current rate and a third of it,
     retune.PLATEAU_UPDATES times `iters` updates each with no cool-down, on the pause's batches;
@@ -289,10 +387,13 @@ def plateau_check(wl: Workload, train, held, spec: RunSpec, state: dict, iters: 
     The decision and the readings."""
     current = retune_mod.Setting(spec.lr, spec.momentum)
     pair, n = (current, retune_mod.step_down(current)), iters * retune_mod.PLATEAU_UPDATES
-    long = {s: [pause_reading(wl, train, held, spec, state, s, spec.seed + 1, n, cool=False)] for s in pair}
+
+    def read(batches: int) -> list[retune_mod.Reading]:
+        return readers.read(state, [(s, batches, n, False) for s in pair])
+    long = {s: [r] for s, r in zip(pair, read(spec.seed + 1))}
     decision = retune_mod.plateau(current, long)
     if decision.switched:
-        for s in pair:
-            long[s].append(pause_reading(wl, train, held, spec, state, s, spec.seed + 2, n, cool=False))
+        for s, r in zip(pair, read(spec.seed + 2)):
+            long[s].append(r)
         decision = retune_mod.plateau(current, long)
     return decision, long
