@@ -79,17 +79,20 @@ class Readers:
         if processes < 2:
             return
         threads = max(1, torch.get_num_threads() // processes)
-        cached = spec.data_dir is None and wl.cache_path() is not None
-        if not cached:
-            copy = checkpoint.parent / "pause-datasets.pt"
-            self.copy = copy if workload_mod.share(datasets, copy) else None
-        launch_mod.start_server()       # its imports are the readers' (a no-op where the run started it)
-        callers = {k: v for k, v in os.environ.items() if k.startswith(launch_mod.CALLERS_ENV)}
-        self.pool = ProcessPoolExecutor(
-            processes, mp_context=multiprocessing.get_context(launch_mod.START_METHOD),
-            initializer=launch_mod.as_launched,
-            initargs=(os.getcwd(), callers, _reader_start, spec, str(checkpoint),
-                      str(self.copy) if self.copy else None, validation, threads))
+        try:
+            if spec.data_dir is not None or wl.cache_path() is None:      # not in the cache: a copy
+                copy = checkpoint.parent / "pause-datasets.pt"
+                self.copy = copy if workload_mod.share(datasets, copy) else None
+            launch_mod.start_server()       # its imports are the readers' (a no-op where the run started it)
+            callers = {k: v for k, v in os.environ.items() if k.startswith(launch_mod.CALLERS_ENV)}
+            self.pool = ProcessPoolExecutor(
+                processes, mp_context=multiprocessing.get_context(launch_mod.START_METHOD),
+                initializer=launch_mod.as_launched,
+                initargs=(os.getcwd(), callers, _reader_start, spec, str(checkpoint),
+                          str(self.copy) if self.copy else None, validation, threads))
+        except (OSError, RuntimeError) as e:        # no room for the copy, no processes: read here
+            self.broken = f"readers failed to start ({e}); read in the pause's own process"
+            self.close()
 
     def read(self, state: dict, tasks: list[Task]) -> list[retune_mod.Reading]:
         """The readings of `tasks` from the checkpoint's `state`, in their order."""
