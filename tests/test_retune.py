@@ -14,7 +14,7 @@ from omnitune.runtime.job import FIRST_COST_S, RETUNE_SHARE as SHARE, next_stop
 @pytest.fixture(autouse=True)
 def read_here(monkeypatch):
     """The pauses here read in this process, where the tests' fakes of pause.pause_reading are
-    (test_readers.py runs the reader processes for real)."""
+    (tests/test_pause.py runs the reader processes for real)."""
     from omnitune.probing import pause
 
     monkeypatch.setattr(pause, "reader_processes", lambda *a: 1)
