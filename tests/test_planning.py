@@ -12,7 +12,7 @@ from omnitune.efficiency import balance
 from omnitune.efficiency.perfmodel import PerfModel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
 from omnitune.planning import budget
-from omnitune.planning.space import Scored
+from omnitune.planning.space import Config, Scored
 from omnitune.planning.study import new_study
 
 BEST_LR = 0.003      # the fake workload's best effective learning rate: no fixed grid holds it
@@ -496,6 +496,25 @@ def test_losses_that_tie_go_to_the_larger_learning_rate():
     assert keys[1] < keys[0] and keys[2] is None
 
 
+def test_a_tie_goes_to_the_larger_rate_per_sample_and_equal_ones_to_the_lower_loss():
+    """A rate scaled with its update's batch takes the same step per sample: in a tie it does not
+    beat the unscaled rate at the smaller batch, whose lower loss wins (teacher-mlp's plan of seed
+    5, 2026-11-30: both cores at batch 256 each and lr 0.08, loss 0.301, won the tie over one
+    worker at 256 and 0.04, loss 0.276, and ran 65.7 s against one worker's 35-43). A larger rate
+    per sample still wins its tie."""
+    def scored(groups, batch, lr, loss, sec_per_iter):
+        config = Config("layout", Sync(), groups, batch, lr, 0.9)
+        probe = ProbeResult(ProbeConfig(Sync(), tuple((batch,) * len(g) for g in groups), lr, 0.9), None, False,
+                            ((100, 0.9),), 0.0, 1.0, "not reached", train_loss=loss, iters=100, start_loss=2.21)
+        return Scored(config, sec_per_iter, probe)
+    one, both = (("cpu-all",),), (("cpu0", "cpu1"),)
+    alone, side_by_side = scored(one, 256, 0.04, 0.276, 0.0036), scored(both, 256, 0.08, 0.301, 0.0086)
+    assert planning.ranking.rate_per_sample(alone.config) == planning.ranking.rate_per_sample(side_by_side.config)
+    assert planning.ranking.ordered([side_by_side, alone], by_loss=True)[0] is alone
+    hotter = scored(both, 256, 0.16, 0.301, 0.0086)                 # twice the step per sample: it wins the tie
+    assert planning.ranking.ordered([alone, hotter], by_loss=True)[0] is hotter
+
+
 def test_ranked_search_prefers_the_larger_of_tied_learning_rates(sample_profile):
     """Ranking by loss, the plan takes the largest learning rate whose loss ties with the best."""
     def loss_only(cfg, max_iters, max_seconds, on_eval=None, evals=16):
@@ -768,13 +787,14 @@ def test_a_ranking_by_loss_whose_probes_never_got_below_the_labels_frequencies_i
 class Blind:
     """Probes that never reach the target and learn little, from an untrained 2.3 (the labels'
     loss): training loss 2.1 at lr 0.01 and batch 64, 0.05 more a decade away (no tie: 10% of the
-    0.2 it came down is 0.02) and a little more at smaller batches, half a unit more past lr 0.05:
-    above the labels' loss."""
+    0.2 it came down is 0.02) and 0.03 more a halving of the batch (no tie either: a tie would go
+    to the smaller batch's larger rate per sample), half a unit more past lr 0.05: above the
+    labels' loss."""
     label_loss = 2.3
 
     def __call__(self, cfg, max_iters, max_seconds, on_eval=None, evals=16, start=None):
         batch = max(b for group in cfg.batches for b in group)
-        loss = (2.1 + 0.05 * abs(math.log10(cfg.lr / 0.01)) + 0.002 * math.log2(64 / batch)
+        loss = (2.1 + 0.05 * abs(math.log10(cfg.lr / 0.01)) + 0.03 * math.log2(64 / batch)
                 + (0.5 if cfg.lr > 0.05 else 0.0))
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters, start_loss=2.3)

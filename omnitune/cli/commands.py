@@ -177,7 +177,7 @@ def _render_plan(result, out_path: Path) -> None:
             out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
                       f"lowest training loss after equal training time (Omnivore's criterion; losses within "
                       f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning "
-                      f"rate{final}); {when}")
+                      f"rate per sample{final}); {when}")
     elif p.time_to_target_s is None:
         out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
                   f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "

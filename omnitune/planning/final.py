@@ -3,8 +3,8 @@ to win: smaller rates and batches (short-horizon bias, Wu et al. 2018). So the F
 setups (layout, protocol, batch), each at its lowest-loss learning rate and momentum, train on
 from where their probes stopped (the prober's hand-offs) to FINAL_GROWTH times the probes'
 training time, and the lowest training loss at that end wins; a tie (ranking.LOSS_TIE) goes to
-the larger learning rate. The run then starts from the winner's state, so its extra training is
-not lost. Each setup is compared at its own lowest loss, not at the rate that won its tie: a
+the larger learning rate per sample (ranking.rate_per_sample), the lower loss among equal ones.
+The run then starts from the winner's state, so its extra training is not lost. Each setup is compared at its own lowest loss, not at the rate that won its tie: a
 tie-won larger rate against another setup's lower one would be a comparison of rates, and the
 round is for setups."""
 
@@ -15,7 +15,7 @@ from dataclasses import replace
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss
 from omnitune.planning.probes import HandsOn
-from omnitune.planning.ranking import UNRANKED, long_horizon_keys, rank_key
+from omnitune.planning.ranking import UNRANKED, long_horizon_keys, rank_key, rate_per_sample
 from omnitune.planning.space import Scored
 from omnitune.planning.trials import Trials
 
@@ -54,7 +54,7 @@ def final(scored: list[Scored], trials: Trials) -> tuple[list[Scored], int]:
                    f"{r.iters} iterations: training loss {r.train_loss}")
         went_on.append(replace(s, probe=r))
     # The progress that scales the tie is from the untrained loss.
-    keys = long_horizon_keys([(rank_key(r.probe, r.sec_per_iter, True), r.config.lr / r.config.variant.lr_gain,
+    keys = long_horizon_keys([(rank_key(r.probe, r.sec_per_iter, True), rate_per_sample(r.config),
                                s.probe.start_loss) for s, r in zip(first, went_on)])
     order = [went_on[i] for i in sorted(range(len(went_on)), key=lambda i: keys[i] or UNRANKED)]
     return order + [s for s in scored if s not in first], len(went_on)

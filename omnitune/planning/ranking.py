@@ -1,6 +1,7 @@
 """How probed configurations compare, lower keys first: by time to target where a probe reached
 the target or predicts it within its evidence; when ranking by loss (no scout could predict a
-time), by training loss after equal training time, near-ties going to the larger learning rate."""
+time), by training loss after equal training time, near-ties going to the larger learning rate per
+sample."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import statistics
 from omnitune.core.plan import RANKED_BY_LOSS, RANKED_BY_TIME     # the plan records them; the planner reads them here
 from omnitune.efficiency.statmodel import ProbeResult
 from omnitune.planning.budget import LEARNED
-from omnitune.planning.space import Scored
+from omnitune.planning.space import Config, Scored
 
 # Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often
 # leads on loss, and falls behind over the long run. A loss above the best by less than this
 # fraction of both the best loss and the best's progress from the untrained loss is a tie, which
-# goes to the larger effective learning rate.
+# goes to the larger rate per sample (`rate_per_sample`).
 LOSS_TIE = 0.10
 UNRANKED = (4, 0.0, 0.0)   # sorts after every key long_horizon_keys gives
 
@@ -35,11 +36,24 @@ def rank_key(r: ProbeResult | None, sec_per_iter: float, by_loss: bool) -> RankK
     return None
 
 
+def rate_per_sample(config: Config) -> float:
+    """The step each sample of an update gets: the learning rate over the variant's gain and the
+    samples an update averages, to 6 digits (rates scaled with the batch compare equal). What
+    short-horizon bias is about is this, not the rate: a rate scaled linearly with its update's
+    batch (Goyal et al. 2017) takes the same steps per sample. Compared by the rate, a tie went to
+    the larger batch at the scaled rate: teacher-mlp's plan of seed 5 (2026-11-30) took both
+    cores at batch 256 each and lr 0.08 (training loss 0.301) over one worker at 256 and 0.04
+    (0.276), and ran 65.7 s where one worker's runs took 35-43."""
+    batches = tuple((config.batch,) * len(g) for g in config.groups)
+    return float(f"{config.lr / config.variant.lr_gain / config.variant.samples_per_update(batches):.6g}")
+
+
 def long_horizon_keys(ranked: list[tuple[RankKey | None, float, float | None]]) \
         -> list[tuple[int, float, float] | None]:
-    """Sort keys (lower is better) for (rank_key, effective learning rate, start loss) triples
-    compared together: a reached or predicted time first; then the training losses that tie with
-    the best (LOSS_TIE), the largest learning rate first; then the other losses.
+    """Sort keys (lower is better) for (rank_key, rate per sample, start loss) triples compared
+    together: a reached or predicted time first; then the training losses that tie with the best
+    (LOSS_TIE), the largest rate per sample first, the lower loss among equal rates; then the
+    other losses.
 
     The tie is measured against both the best loss and the progress it made from the untrained
     loss (the median start loss): near chance, where the best has barely moved, a loss 10% above
@@ -52,11 +66,11 @@ def long_horizon_keys(ranked: list[tuple[RankKey | None, float, float | None]]) 
         progress = statistics.median(starts) - best if starts else best
         tie = best + LOSS_TIE * max(0.0, min(best, progress))
     out = []
-    for key, lr, _ in ranked:
+    for key, rate, _ in ranked:
         if key is None:
             out.append(None)
         elif key[0] == 1 and key[1] <= tie:
-            out.append((1, -lr, key[1]))
+            out.append((1, -rate, key[1]))
         else:
             out.append((0 if key[0] == 0 else 2, key[1], 0.0))
     return out
@@ -64,7 +78,7 @@ def long_horizon_keys(ranked: list[tuple[RankKey | None, float, float | None]]) 
 
 def ordered(scored: list[Scored], by_loss: bool) -> list[Scored]:
     """Best first: by rank_key and the long-horizon tie rule, then by seconds per iteration."""
-    keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, by_loss), x.config.lr / x.config.variant.lr_gain,
+    keys = long_horizon_keys([(rank_key(x.probe, x.sec_per_iter, by_loss), rate_per_sample(x.config),
                                x.probe and x.probe.start_loss) for x in scored])
     order = sorted(range(len(scored)), key=lambda i: (keys[i] or UNRANKED, scored[i].sec_per_iter))
     return [scored[i] for i in order]

@@ -15,7 +15,7 @@ from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
 from omnitune.planning import budget as budget_mod
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
 from omnitune.planning.probes import ProbeRunner
-from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key
+from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key, rate_per_sample
 from omnitune.planning.space import LR_DECADES, MU_STAR, OMNIVORE_MOMENTA, Config, Scored, Setup, Space, faster_twin
 
 
@@ -179,8 +179,8 @@ class Trials:
     def horizon_keys(self, tried: list[Tried]) -> list[tuple[int, float, float] | None]:
         """long_horizon_keys of probed (setup, lr, momentum, weight decay) compared together."""
         results = [self.runner.results.get(s.probe(lr, mu, wd)) for s, lr, mu, wd in tried]
-        return long_horizon_keys([(rank_key(r, s.sec_per_iter, self.phase.by_loss), lr / s.variant.lr_gain,
-                                   r.start_loss if r else None) for (s, lr, _, _), r in zip(tried, results)])
+        return long_horizon_keys([(rank_key(r, s.sec_per_iter, self.phase.by_loss), rate_per_sample(s.config(lr, mu)),
+                                   r.start_loss if r else None) for (s, lr, mu, _), r in zip(tried, results)])
 
     def best_of(self, setups: list[Setup]) -> Scored | None:
         done = [key for key, skipped in self.tried.items()
