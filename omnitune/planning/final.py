@@ -4,9 +4,9 @@ setups (layout, protocol, batch), each at its lowest-loss learning rate and mome
 from where their probes stopped (the prober's hand-offs) to FINAL_GROWTH times the probes'
 training time, and the lowest training loss at that end wins; a tie (ranking.LOSS_TIE) goes to
 the larger learning rate per sample (ranking.rate_per_sample), the lower loss among equal ones.
-The run then starts from the winner's state, so its extra training is not lost. Each setup is compared at its own lowest loss, not at the rate that won its tie: a
-tie-won larger rate against another setup's lower one would be a comparison of rates, and the
-round is for setups."""
+The run then starts from the winner's state, so its extra training is not lost. Each setup is
+compared at its own lowest loss, not at the rate that won its tie: a tie-won larger rate against
+another setup's lower one would be a comparison of rates, and the round is for setups."""
 
 from __future__ import annotations
 
