@@ -484,7 +484,7 @@ def test_finalists_that_tie_go_to_the_larger_learning_rate(sample_profile):
 
 def test_losses_that_tie_go_to_the_larger_learning_rate():
     """Short-horizon bias: a loss within LOSS_TIE of the best (of the loss, and of the progress
-    from the untrained loss) ties with it, and the larger effective learning rate wins the tie."""
+    from the untrained loss) ties with it, and the larger rate per sample wins the tie."""
     keys = planning.ranking.long_horizon_keys([((1, 0.272), 0.01, 2.3), ((1, 0.297), 0.12, 2.3), ((1, 0.409), 0.1, 2.3)])
     assert keys.index(min(keys)) == 1                              # 0.297 is within 10% of 0.272
     assert keys[2] > keys[0] > keys[1]                             # 0.409 is not a tie: it ranks by loss
