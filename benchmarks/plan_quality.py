@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
-from benchmarks.common import RESULTS, Journal, band_holds, print_rows, profile_planning_frac, write_results
+from benchmarks.common import RESULTS, Journal, band_holds, print_rows, profile_planning_frac, recorded, write_results
 from omnitune import api, planning
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster
@@ -346,6 +346,7 @@ def bench(name: str, b: Bench, quick: bool, work: Path, previous: dict | None = 
         "oracle": oracle, "default": default, "finalists": finalists,
         "screening": [{k: v for k, v in s.items() if k != "config"} for s in screened],
         **(small_row(small, result["small"], planned, planning_s, small_s) if small else {}),
+        "recorded": recorded(),     # the row's own: a run of --only keeps the other rows of other sessions
     }
 
 
@@ -369,7 +370,7 @@ def default_again(name: str, b: Bench, previous: dict, work: Path, cap_s: float,
             "default_time_to_target_s": default["median_s"],
             "default_over_plan": default["median_s"] / previous["plan_time_to_target_s"],
             "spread": {**previous["spread"], "default": default["spread_s"]},
-            "default_check": {"commits": sorted(journal.commits), "oracle_again": again,
+            "default_check": {"commits": sorted(journal.commits), "recorded": recorded(), "oracle_again": again,
                               "oracle_before_s": previous["oracle_time_to_target_s"],
                               "default_over_oracle_again": default["median_s"] / again["median_s"]}}
 

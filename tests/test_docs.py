@@ -75,3 +75,10 @@ def test_the_profile_and_planning_share_counts_both_over_the_plans_training():
     row = {"profile_s": 15.0, "planning_s": 5.0, "plan_time_to_target_s": 80.0}
     assert summary.get(row, "profile_planning_frac") == 0.25
     assert summary.get({"planning_s": 5.0, "plan_time_to_target_s": 80.0}, "profile_planning_frac") is None
+
+
+def test_a_plan_quality_row_says_when_and_on_which_machine_it_was_measured():
+    rec = {"date": "2026-11-30T14:32:46+00:00", "machine": "Linux-6.18.44-fc-v657-x86_64-with-glibc2.36, 2 CPUs, 24 GiB"}
+    assert summary.get({"recorded": rec}, "measured") == "2026-11-30, 6.18.44-fc-v657"
+    assert summary.get({"recorded": {"date": "2026-11-30T14:32:46+00:00"}}, "measured") == "2026-11-30, not recorded"
+    assert summary.get({}, "measured") is None       # a row from before rows recorded their own
