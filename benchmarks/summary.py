@@ -68,7 +68,7 @@ META = {"quick", "version", "schema_version", "date", "measured_at", "commit", "
 HEADLINE = ("plan_quality", "workloads", ["name", "held_out", "plan_time_to_target_s", "oracle_time_to_target_s",
                                           "default_time_to_target_s", "default_reached", "plan_over_oracle",
                                           "default_over_plan", "planning_overhead_frac",
-                                          "profile_planning_frac"])
+                                          "profile_planning_frac", "measured"])
 # Columns worked out from a row: how many of the default's runs reached the target (where none
 # did, its time is the cap, and default / plan a floor), and the profile's and planning's seconds
 # together over the plan's training (issue 37's goal counts both; planning_overhead_frac counts
