@@ -109,7 +109,9 @@ def measured(rec: dict | None) -> str | None:
     has none (measured before rows recorded theirs)."""
     if not isinstance(rec, dict) or not rec.get("date"):
         return None
-    kernel = str(rec.get("machine", "")).split(",")[0].removeprefix("Linux-").split("-x86_64")[0]
+    # `machine` begins with platform.platform(): "Linux-<release>-<arch>[-with-<libc>]"
+    platform_ = str(rec.get("machine", "")).split(",")[0].split("-with-")[0]
+    kernel = platform_.removeprefix("Linux-").rsplit("-", 1)[0] if "-" in platform_ else ""
     return f"{str(rec['date'])[:10]}, {kernel or NOT_RECORDED}"
 
 

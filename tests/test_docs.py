@@ -81,4 +81,6 @@ def test_a_plan_quality_row_says_when_and_on_which_machine_it_was_measured():
     rec = {"date": "2026-11-30T14:32:46+00:00", "machine": "Linux-6.18.44-fc-v657-x86_64-with-glibc2.36, 2 CPUs, 24 GiB"}
     assert summary.get({"recorded": rec}, "measured") == "2026-11-30, 6.18.44-fc-v657"
     assert summary.get({"recorded": {"date": "2026-11-30T14:32:46+00:00"}}, "measured") == "2026-11-30, not recorded"
+    arm = {"date": "2026-12-01T09:00:00+00:00", "machine": "Linux-6.8.0-1019-aws-aarch64-with-glibc2.39, 4 CPUs"}
+    assert summary.get({"recorded": arm}, "measured") == "2026-12-01, 6.8.0-1019-aws"
     assert summary.get({}, "measured") is None       # a row from before rows recorded their own
