@@ -37,7 +37,9 @@ processes' start), and a leader still unmeasured after the search is timed befor
 the plan records the measured figure and the model's (`hardware_model: "measured"`). A profile taken on a GPU
 machine can be planned on any machine: the probes train on that machine's CPU, the hardware
 figures come from the profile, and `plan` says so. The run goes on from the chosen probe's
-checkpoint; its clock counts the probe's iterations at the plan's predicted speed (at most the
+checkpoint and makes the updates the probe would have made next (its weights, momentum and
+minibatches; bit for bit on the CPU), so it differs from a start from scratch only in its draw
+of data; its clock counts the probe's iterations at the plan's predicted speed (at most the
 probe's own time): a GPU's plan probed on the CPU leaves the slower CPU's time in planning.
 
 On a GPU alone the runtime's loop does not wait for each step: it reads the training losses

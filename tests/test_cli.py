@@ -351,6 +351,51 @@ def test_a_run_goes_on_from_where_its_probe_stopped_short(tmp_path):
     assert summary["started_at_s"] == pytest.approx(handed.planning.handed_on_s) and summary["started_at_s"] > 0
 
 
+def test_a_handed_on_run_makes_the_updates_its_probe_would_have_made_next(tmp_path):
+    """The run from hand_on's checkpoint is its probe going on: a real job's first updates from
+    it are, bit for bit, those the probe's emulator makes next (the weights, the momentum carried
+    over, the minibatches of seed + iterations). A handed-on start then differs from a start
+    from scratch only in its chance draw of data, whatever the runs' iterations to target read.
+    Fails if the checkpoint loses the optimizer's state, or the run reads other minibatches."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.core.plan import Planning
+    from omnitune.probing import probe
+    from omnitune.probing.emulator import emulator
+    from omnitune.runtime import job, workload
+    from omnitune.runtime.flat import get_params, num_params
+
+    handed_iters, steps = 30, 6
+    path = make_plan(tmp_path / "plan.json", "sync", [["cpu0"]], lr=0.05)
+    plan = replace(plan_mod.load(path), planning=Planning(20.0, 3, 30.0, True, "test"))
+    wl = workload.load(plan.spec.workload)
+    train, test = wl.build_datasets(None, plan.spec.seed)
+    cfg = probe.probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
+    _, short = probe.run_probe(wl, train, test, cfg, 1.1, handed_iters, 30, seed=plan.spec.seed)
+    assert short.state["optimizer"]["state"]             # momentum buffers to carry over
+    handed = probe.hand_on(plan, SimpleNamespace(handoffs={cfg: short}), path)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                             # as the run's one-thread worker sums
+    try:
+        emu = emulator(wl, train, cfg, plan.spec.seed, short.state["model"], short.state["optimizer"], short.iterations)
+        expected = []
+        for _ in range(steps):
+            emu.step()
+            expected.append(get_params(emu.current_model(), torch.empty(num_params(emu.current_model()))).clone())
+    finally:
+        torch.set_num_threads(threads)
+    s = job.run_spec(handed.spec, str(tmp_path / "r"), max_time_s=60, start_from=tmp_path / handed.start,
+                     eval_every_iters=1 << 40, max_iters=handed_iters + steps, trajectory=steps)
+    assert s.iterations == handed_iters + steps
+    got = torch.load(tmp_path / "r" / "trajectory.pt", weights_only=True)
+    assert torch.equal(got, torch.stack(expected))
+
+
 @pytest.mark.slow
 def test_a_plan_and_run_to_a_target_loss_with_adamw(tmp_path):
     """An AdamW workload planned and run to a test loss: the search covers AdamW's rates, the
