@@ -383,10 +383,10 @@ def test_a_handed_on_run_makes_the_updates_its_probe_would_have_made_next(tmp_pa
     torch.set_num_threads(1)                             # as the run's one-thread worker sums
     try:
         emu = emulator(wl, train, cfg, plan.spec.seed, short.state["model"], short.state["optimizer"], short.iterations)
-        expected = []
+        net, expected = emu.current_model(), []
         for _ in range(steps):
             emu.step()
-            expected.append(get_params(emu.current_model(), torch.empty(num_params(emu.current_model()))).clone())
+            expected.append(get_params(net, torch.empty(num_params(net))))
     finally:
         torch.set_num_threads(threads)
     s = job.run_spec(handed.spec, str(tmp_path / "r"), max_time_s=60, start_from=tmp_path / handed.start,
