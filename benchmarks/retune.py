@@ -39,25 +39,34 @@ from benchmarks.common import RESULTS, print_rows, write_results
 from benchmarks.plan_quality import WORKLOADS, describe_plan, planned_with
 from omnitune import api
 from omnitune.core import plan as plan_mod, profile as profile_mod
+from omnitune.core.change import changes
 from omnitune.core.cluster import local_cluster
+from omnitune.efficiency.tuner import Policy
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
 FULL = ("teacher-mlp", "shapes-resnet")
 QUICK = ("lenet-digits",)
-COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "lrs", "batches"]
-ARMS = ("re-tuned", "rates only", "pinned")     # what a pause may change: everything, lr and momentum, nothing
+COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "changes", "lrs", "batches"]
+# What the run may change: everything at pauses; lr and momentum at pauses; nothing; or, with no
+# pause, what the in-run tuner changes in place (efficiency/tuner.py: stability and cool-down).
+ARMS = ("re-tuned", "rates only", "pinned", "in place")
+IN_PLACE = Policy(cool_down=True)
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
-    options = job.RunOptions(max_time_s=limit_s, retune=arm != "pinned")
+    options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"),
+                             in_place=IN_PLACE if arm == "in place" else None)
     replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm == "re-tuned") \
         if options.retune else (None, None)
     s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
     pauses = work / tag / "replans.jsonl"
     chosen = [json.loads(line) for line in pauses.read_text().splitlines()] if pauses.is_file() else []
+    metrics = work / tag / "metrics.jsonl"
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
     return {"time_s": (s.time_to_target_s + s.replan_s) if s.reached_target else limit_s,
             "reached": s.reached_target, "pauses": s.replans, "pause_s": s.replan_s,
+            "changes": [{k: c[k] for k in ("iteration", "train_s", "why", "lr", "batch_size")} for c in changes(lines)],
             "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s, "decisions": chosen}
 
 
@@ -87,12 +96,14 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
                      "spread_s": [min(times), max(times)], "reached": f"{sum(r['reached'] for r in rs)} of {len(rs)}",
                      "pauses": statistics.median(r["pauses"] for r in rs),
                      "pause_s": statistics.median(r["pause_s"] for r in rs),
+                     "changes": statistics.median(len(r["changes"]) for r in rs),
                      "lrs": sorted({a["lr"] for a in switched}),
                      "batches": sorted({sum(a["batch_size"].values()) for a in switched if "batch_size" in a}),
                      "runs": rs, "plan": describe_plan(planned["plan"])})
     by = {r["config"]: r for r in rows}
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
-                           ("rates only", "pinned", "retuned_over_pinned")):
+                           ("rates only", "pinned", "retuned_over_pinned"), ("in place", "pinned", "in_place_over_pinned"),
+                           ("in place", "re-tuned", "in_place_over_retuned")):
         if arm in by and over in by:        # a median that is a miss is only a bound: no ratio
             by[arm][key] = (by[arm]["median_s"] / by[over]["median_s"]
                             if median_reached(by[arm]["runs"]) and median_reached(by[over]["runs"]) else None)
@@ -161,7 +172,7 @@ def main() -> None:
         last = RESULTS / "retune.json"
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
         rows = [r for r in kept if r["workload"] not in workloads] + rows
-    print_rows("re-tuned, over rates only, and pinned (median s; a miss counts as the limit)", rows, COLUMNS)
+    print_rows("re-tuned, over rates only, pinned, and tuned in place (median s; a miss counts as the limit)", rows, COLUMNS)
     name = given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune"
     path = write_results(name, {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "seeds": list(seeds), "rows": rows})

@@ -3,19 +3,20 @@
     omnitune.profile(workload, out=...)    -> Profile
     omnitune.plan(omnitune.PlanRequest(...)) -> Plan
     omnitune.run(plan_path, out_dir, omnitune.RunOptions(...)) -> RunSummary
+    omnitune.train(workload, out_dir, target_accuracy, ...) -> RunSummary   (all three at once)
 
 (api.py). The names load on first use, so that importing a part of the package, or
 `omnitune --help`, does not wait for torch.
 """
 
-__version__ = "0.1.0"
+from omnitune.core.version import VERSION as __version__
 
-_API = ("PlanRequest", "RunOptions", "UserError", "plan", "profile", "run")
+_API = ("PlanRequest", "RunOptions", "TrainSteps", "UserError", "plan", "profile", "run", "train")
 __all__ = [*_API, "__version__"]
 
 
 def __getattr__(name: str):
     if name in _API:
-        from omnitune import api
+        import omnitune.api as api
         return getattr(api, name)
     raise AttributeError(f"module 'omnitune' has no attribute {name!r}")

@@ -5,11 +5,13 @@
     plan = omnitune.plan(omnitune.PlanRequest("lenet-digits", 0.97, profile="profile.json", out="plan.json"))
     summary = omnitune.run("plan.json", "runs/demo", omnitune.RunOptions(max_time_s=60))
 
+or all three at once: `omnitune.train("lenet-digits", "runs/demo", 0.97)`, as `omnitune train`.
 A bad argument raises omnitune.UserError with a one-line message naming it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -17,12 +19,12 @@ import tempfile
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
-from omnitune import planning
+import omnitune.planning as planning
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import load_cluster, local_cluster
 from omnitune.core.errors import UserError
@@ -149,6 +151,88 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
     return job.run(str(plan_path), str(out_dir), options, replan, first_pause_s)
 
 
+class TrainSteps:
+    """What `train` tells as it goes: each step's progress, and what each step made. Quiet here;
+    the CLI's show each step on a status line and render what it made, as its commands do."""
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[Say]:
+        """While this machine is measured: yields what hears the profiler's progress."""
+        yield quiet
+
+    def profiled(self, prof: Profile, path: Path, kept: Path | None) -> None:
+        """The profile the plan is made on, written to `path`; `kept` is the file of omnitune's
+        cache it was read from, None where it was measured now."""
+
+    @contextlib.contextmanager
+    def planning(self) -> Iterator[tuple[Say, Say]]:
+        """While the plan is searched for: yields `plan`'s `progress` and `notice`."""
+        yield quiet, quiet
+
+    def planned(self, result: Plan, path: Path) -> None:
+        """The plan, written to `path`."""
+
+    @contextlib.contextmanager
+    def running(self, plan_path: Path, out_dir: Path, options: RunOptions) -> Iterator[Say]:
+        """While the plan runs: yields `run`'s `notice`."""
+        yield quiet
+
+
+def train(workload: str, out_dir: str | Path, target_accuracy: float | None = None,
+          target_loss: float | None = None, profile_path: str | Path | None = None, data_dir: str | None = None,
+          quick: bool = False, fresh_profile: bool = False, seed: int = 0, budget_s: float | None = None,
+          options: RunOptions = RunOptions(), steps: TrainSteps = TrainSteps()) -> RunSummary | None:
+    """Profile this machine, plan and run, in one call: `profile`, `plan` and `run` with their
+    defaults, writing profile.json, plan.json and the run's files to `out_dir`; returns the run's
+    summary. The profile is `profile_path` where given (of this machine: the run is here), else
+    measured once: a later `train` of the same workload and settings here reads it from
+    omnitune's cache (profiling/cache.py) unless `fresh_profile`. Every argument is checked
+    before the profile's seconds are spent; `steps` hears each step and sees what it made."""
+    out_dir = Path(out_dir)
+    request = PlanRequest(workload, target_accuracy, profile_path or out_dir / "profile.json", None,
+                          out_dir / "plan.json", data_dir, seed=seed, budget_s=budget_s, target_loss=target_loss)
+    if profile_path is not None:
+        check_given_profile(Path(profile_path), quick, fresh_profile)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out-dir {out_dir}: {e.strerror or e}") from None
+    if profile_path is None:
+        profile_here(request, quick, fresh_profile, steps)
+    with steps.planning() as (progress, notice):
+        result = plan(request, progress, notice)
+    steps.planned(result, request.out)
+    with steps.running(request.out, out_dir, options) as notice:
+        return run(request.out, out_dir, options, notice)
+
+
+def check_given_profile(path: Path, quick: bool, fresh_profile: bool) -> None:
+    """Refuse what `train` cannot do with a profile measured already: measure it (`quick`,
+    `fresh_profile`), or run on the machine it measured where that is another."""
+    if quick:
+        raise UserError("--quick measures a cheaper profile: not with --profile, which is measured already")
+    if fresh_profile:
+        raise UserError("--fresh-profile measures a profile: not with --profile, which is measured already")
+    elsewhere = timing.here(profile_mod.load(path))
+    if elsewhere:
+        raise UserError(f"--profile {path}: not of this machine ({elsewhere}); `train` runs here: "
+                        "plan for another machine with `omnitune plan`")
+
+
+def profile_here(request: PlanRequest, quick: bool, fresh_profile: bool, steps: TrainSteps) -> None:
+    """This machine's profile of the request's workload, written where the request reads it: the
+    one omnitune's cache keeps (unless `fresh_profile`), else measured now (and kept)."""
+    found = None if fresh_profile else profile_cache.kept(request.workload, request.data_dir, quick, None)
+    if found:
+        kept, prof = found
+        profile_mod.save(prof, request.profile)
+    else:
+        kept = None
+        with steps.profiling() as progress:
+            prof = profile(request.workload, request.profile, None, request.data_dir, quick, progress=progress)
+    steps.profiled(prof, request.profile, kept)
+
+
 def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say = quiet) -> tuple[Callable, float]:
     """The re-tuning function `run` hands the runtime (pause.retune, each reading `iters`
     updates), and what its first pause should cost (pause.pause_cost_s). `priced=False`: rates
@@ -198,4 +282,4 @@ def study_storage(plan_path: str | Path) -> Path:
     return plan_path.with_suffix(".study.jsonl")
 
 
-__all__ = ["PlanRequest", "RunOptions", "UserError", "plan", "profile", "run"]
+__all__ = ["PlanRequest", "RunOptions", "TrainSteps", "UserError", "plan", "profile", "run", "train"]

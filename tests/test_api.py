@@ -9,7 +9,7 @@ import pytest
 
 import omnitune
 from omnitune.core.errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import DATA, ROOT
 
 
 def readme_example() -> str:
@@ -56,6 +56,19 @@ def test_a_plan_request_names_the_option_it_refuses(fields, option):
 def test_run_options_name_the_option_they_refuse(fields, option):
     with pytest.raises(UserError, match=re.escape(option)):
         omnitune.RunOptions(**fields)
+
+
+@pytest.mark.parametrize("fields, needle", [
+    (dict(quick=True), "--quick"), (dict(fresh_profile=True), "--fresh-profile"),
+    (dict(profile_path=DATA / "profile-h200-shapes-resnet.json"), "not of this machine"),
+])
+def test_train_refuses_a_profile_it_cannot_use_before_it_writes_anything(tmp_path, fields, needle):
+    """Fails if omnitune.train, given a profile, would measure one anyway or run on another
+    machine's, or if it refuses only after making its folder."""
+    out_dir = tmp_path / "train"
+    with pytest.raises(UserError, match=re.escape(needle)):
+        omnitune.train("lenet-digits", out_dir, 0.9, **{"profile_path": DATA / "profile-v1.json", **fields})
+    assert not out_dir.exists()
 
 
 def test_importing_the_package_loads_no_torch_until_the_api_is_used():

@@ -437,7 +437,7 @@ def test_the_reports_tuning_panel_marks_a_pause_that_changed_the_batch():
               {"train_s": 60.0, "before": same, "after": {**same, "lr": 0.2, "batch_size": {"cpu0": 64}}},
               {"train_s": 90.0, "before": {}, "after": same}]               # written before batches were tried
     fig, ax = plt.subplots()
-    plot_tuning(ax, pauses, plan, 120.0)
+    plot_tuning(ax, pauses, [], plan, 120.0)
     assert [t.get_text() for t in ax.texts] == ["batch 64"]
     plt.close(fig)
 
@@ -459,8 +459,31 @@ def test_the_reports_tuning_panel_starts_at_the_rate_before_the_first_pause():
     last = replace(plan, spec=replace(plan.spec, lr=0.033))
     pauses = [{"train_s": 35.0, "before": {"lr": 0.1, "momentum": 0.9}, "after": {"lr": 0.033, "momentum": 0.9}}]
     fig, ax = plt.subplots()
-    plot_tuning(ax, pauses, last, 70.0)
+    plot_tuning(ax, pauses, [], last, 70.0)
     assert list(ax.lines[0].get_ydata()) == [0.1, 0.033, 0.033]
+    plt.close(fig)
+
+
+def test_the_reports_tuning_panel_draws_the_changes_in_place_between_the_pauses():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from omnitune.cli.report import plot_tuning
+    from omnitune.core import plan as plan_mod
+
+    plan = plan_mod.load(DATA / "plan-v1.json")
+    same = {"lr": 0.1, "momentum": 0.9, "batch_size": {"cpu0": 32}}
+    pauses = [{"train_s": 30.0, "before": same, "after": {**same, "lr": 0.05}}]
+    changes = [{"event": "change", "why": "unstable", "train_s": 10.0, "lr": 0.2, "momentum": 0.9,
+                "batch_size": {"cpu0": 32}},
+               {"event": "change", "why": "noise scale", "train_s": 40.0, "lr": 0.1, "momentum": 0.9,
+                "batch_size": {"cpu0": 64}}]
+    fig, ax = plt.subplots()
+    plot_tuning(ax, pauses, changes, plan, 70.0)
+    assert list(ax.lines[0].get_ydata()) == [0.1, 0.2, 0.05, 0.1, 0.1]     # from the rate the run began at
+    assert [t.get_text() for t in ax.texts] == ["unstable", "noise scale", "batch 64"]
+    assert "1 pause(s), 2 change(s) in place" in ax.get_title()
     plt.close(fig)
 
 

@@ -33,7 +33,7 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
                                replan_s=3.0 if options.retune else 0.0, replans=1 if options.retune else 0,
                                wall_s=20.0, eval_s=1.0, stalled_at_s=None)
     monkeypatch.setattr(bench_retune.job, "run", run)
-    rows = bench_retune.bench("teacher-mlp", 50.0, (1, 2), tmp_path, quick=False)
+    rows = bench_retune.bench("teacher-mlp", 50.0, (1, 2), tmp_path, quick=False, arms=("re-tuned", "rates only", "pinned"))
     arms = [("re-tuned", True, True), ("rates-only", True, False), ("pinned", False, None)]
     assert order == arms + arms[1:] + arms[:1]                      # the second seed in a rotated order
     tuned, rates, pinned = rows

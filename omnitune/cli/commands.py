@@ -64,12 +64,11 @@ def profile(
     """Measure each device's training throughput and the links between devices."""
     from omnitune.runtime import launch
     launch.start_server()        # its imports overlap this process's own; the profiler waits before timing
-    from omnitune import api
+    import omnitune.api as api
     from omnitune.core.cluster import load_cluster, local_cluster
     try:
-        with console.status("profiling…") as status:
-            prof = api.profile(workload, out_path, cluster, data_dir, quick, max_batch, node_rank,
-                               progress=lambda m: status.update(f"profiling: {m}"))
+        with _profiling() as progress:
+            prof = api.profile(workload, out_path, cluster, data_dir, quick, max_batch, node_rank, progress=progress)
     except UserError as e:
         _fail(e)
     if prof is None:
@@ -77,6 +76,13 @@ def profile(
         out.print(f"node {node_rank}: measured; node {spec.server_node}, the server's, writes the profile")
         return
     _render_profile(prof, out_path)
+
+
+@contextlib.contextmanager
+def _profiling():
+    """The profiler's progress on the status line: `profile`'s and `train`'s."""
+    with console.status("profiling…") as status:
+        yield lambda m: status.update(f"profiling: {m}")
 
 
 def _render_profile(prof, out_path: Path) -> None:
@@ -139,66 +145,26 @@ def plan(
 
 
 def _planned(request):
-    """`plan`'s search, with its progress on the status line: `plan`'s and `train`'s."""
-    from omnitune import api
+    """`plan`'s search, with its progress on the status line."""
+    import omnitune.api as api
+    with _planning() as (progress, notice):
+        return api.plan(request, progress, notice)
+
+
+@contextlib.contextmanager
+def _planning():
+    """The search's progress on the status line, and what the user should know printed above
+    it: `plan`'s and `train`'s."""
     with console.status("planning…") as status:
-        return api.plan(request, progress=lambda m: status.update(f"planning: {m}"),
-                        notice=lambda m: console.print(m, highlight=False))
+        yield (lambda m: status.update(f"planning: {m}")), (lambda m: console.print(m, highlight=False))
 
 
 def _render_plan(result, out_path: Path) -> None:
-    from omnitune import planning
-    from omnitune.core import plan as plan_mod
     out.print(_candidates_table(result))
-    p, spec = result.prediction, result.spec
-    chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
-             f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
-             f"(implicit {result.implicit_momentum:.2f})"
-             + ("" if spec.weight_decay is None else f", weight decay {spec.weight_decay:g}"))
-    if result.planning and result.planning.ranked_by == planning.ranking.RANKED_BY_LOSS:
-        when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
-                if p.time_to_target_s is None else
-                f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
-                f"{p.sec_per_iter * 1e3:.2f} ms")
-        final = (f"; the best of the {result.planning.finalists} best setups then trained on to "
-                 f"up to {planning.final.FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
-                 if result.planning.finalists else "")
-        if result.planning.blind:
-            lead = ("the lowest loss after the final round leads" if result.planning.finalists else
-                    "within the leading setup the largest learning rate whose probe's loss fell below it at all "
-                    "leads (a run at too high a rate stalls or diverges, which re-tunes it; at too low a rate it "
-                    "only goes slowly)")
-            out.print(f"{chose}: a guess. No scout could predict the time to target, and no probe's training loss "
-                      f"fell {planning.budget.LEARNED:.0%} below {result.planning.label_loss:.3f}, the loss of "
-                      "predicting the training labels' frequencies: the probes had learned little from the inputs "
-                      f"and their losses rank little; {lead}. The run re-tunes as it learns (unless --no-retune), "
-                      f"and a larger --budget-s probes for longer; {when}")
-        else:
-            out.print(f"{chose}: no scout could predict the time to target, so this is the configuration with the "
-                      f"lowest training loss after equal training time (Omnivore's criterion; losses within "
-                      f"{planning.ranking.LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning "
-                      f"rate per sample{final}); {when}")
-    elif p.time_to_target_s is None:
-        out.print(f"{chose}: no probe could predict the time to target, so this is the configuration whose "
-                  f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "
-                  "iteration. A larger --budget-s runs longer probes.")
-    else:
-        out.print(f"{chose}: predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
-                  f"{p.sec_per_iter * 1e3:.2f} ms")
+    out.print(_chosen(result))
     for device, why in result.idle.items():
         out.print(f"idle: {device} ({why})")
-    if result.simulated_cluster:
-        nodes = len({d.node for d in result.spec.devices})
-        out.print(f"simulated plan for {result.simulated_cluster} ({nodes} nodes): seconds per iteration and "
-                  "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
-    elif result.hardware_model == plan_mod.MEASURED:
-        out.print(f"seconds per iteration from a short real job of this configuration ({p.sec_per_iter * 1e3:.2f} ms; "
-                  f"the model, with no calibration job of its shape, said {p.model_sec_per_iter * 1e3:.2f})")
-    elif result.hardware_model == plan_mod.SIMULATED:
-        out.print("seconds per iteration from the simulator, run on the profile's measurements (no calibration "
-                  "job timed this configuration, or --hardware-model simulated)")
-    else:
-        out.print("seconds per iteration from the analytic model, calibrated on the profile's real jobs")
+    out.print(_hardware_source(result))
     spent = result.planning
     scope = "full search" if spent.full else "quick search: the job is too small for a full one"
     out.print(f"planning took {spent.seconds:.1f}s for {spent.probes} probes ({scope}; budget {spent.budget_s:.1f}s: "
@@ -208,6 +174,71 @@ def _render_plan(result, out_path: Path) -> None:
                   f"{spent.handed_on_iters} iterations, {spent.handed_on_s:.1f}s of training, which the run's clock "
                   f"counts): planning's own cost {spent.spent_s:.1f}s")
     out.print(f"wrote {out_path}")
+
+
+def _chosen(result) -> str:
+    """What the plan chose, and why: its predicted time, or the criterion that chose it where no
+    time could be predicted."""
+    from omnitune.planning.ranking import RANKED_BY_LOSS
+    p, spec = result.prediction, result.spec
+    chose = (f"chose {spec.variant.label} on layout {result.layout} with {len(spec.groups)} group(s), "
+             f"{_batches(spec.batch_size)}, lr {spec.lr}, momentum {spec.momentum} "
+             f"(implicit {result.implicit_momentum:.2f})"
+             + ("" if spec.weight_decay is None else f", weight decay {spec.weight_decay:g}"))
+    if result.planning and result.planning.ranked_by == RANKED_BY_LOSS:
+        return _chosen_by_loss(result, chose)
+    if p.time_to_target_s is None:
+        return (f"{chose}: no probe could predict the time to target, so this is the configuration whose "
+                f"probe reached the highest accuracy ({p.curve[-1][1]:.3f}); {p.sec_per_iter * 1e3:.2f} ms per "
+                "iteration. A larger --budget-s runs longer probes.")
+    return (f"{chose}: predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
+            f"{p.sec_per_iter * 1e3:.2f} ms")
+
+
+def _chosen_by_loss(result, chose: str) -> str:
+    """`_chosen` where the probes ranked by loss: no scout could predict a time to target."""
+    from omnitune.planning.budget import LEARNED
+    from omnitune.planning.final import FINAL_GROWTH
+    from omnitune.planning.ranking import LOSS_TIE
+    p, spent = result.prediction, result.planning
+    when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
+            if p.time_to_target_s is None else
+            f"predicted {p.time_to_target_s:.2f}s = {_iters(result.candidates[0])} iterations × "
+            f"{p.sec_per_iter * 1e3:.2f} ms")
+    if spent.blind:
+        lead = ("the lowest loss after the final round leads" if spent.finalists else
+                "within the leading setup the largest learning rate whose probe's loss fell below it at all "
+                "leads (a run at too high a rate stalls or diverges, which re-tunes it; at too low a rate it "
+                "only goes slowly)")
+        return (f"{chose}: a guess. No scout could predict the time to target, and no probe's training loss "
+                f"fell {LEARNED:.0%} below {spent.label_loss:.3f}, the loss of "
+                "predicting the training labels' frequencies: the probes had learned little from the inputs "
+                f"and their losses rank little; {lead}. The run re-tunes as it learns (unless --no-retune), "
+                f"and a larger --budget-s probes for longer; {when}")
+    final = (f"; the best of the {spent.finalists} best setups then trained on to "
+             f"up to {FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
+             if spent.finalists else "")
+    return (f"{chose}: no scout could predict the time to target, so this is the configuration with the "
+            f"lowest training loss after equal training time (Omnivore's criterion; losses within "
+            f"{LOSS_TIE:.0%} of the lowest tie, and the tie goes to the larger learning "
+            f"rate per sample{final}); {when}")
+
+
+def _hardware_source(result) -> str:
+    """Where the plan's seconds per iteration come from."""
+    from omnitune.core import plan as plan_mod
+    p = result.prediction
+    if result.simulated_cluster:
+        nodes = len({d.node for d in result.spec.devices})
+        return (f"simulated plan for {result.simulated_cluster} ({nodes} nodes): seconds per iteration and "
+                "staleness come from the simulator; `omnitune run` needs real nodes and refuses this plan")
+    if result.hardware_model == plan_mod.MEASURED:
+        return (f"seconds per iteration from a short real job of this configuration ({p.sec_per_iter * 1e3:.2f} ms; "
+                f"the model, with no calibration job of its shape, said {p.model_sec_per_iter * 1e3:.2f})")
+    if result.hardware_model == plan_mod.SIMULATED:
+        return ("seconds per iteration from the simulator, run on the profile's measurements (no calibration "
+                "job timed this configuration, or --hardware-model simulated)")
+    return "seconds per iteration from the analytic model, calibrated on the profile's real jobs"
 
 
 def _batches(batch_size: dict[str, int]) -> str:
@@ -302,12 +333,19 @@ def run(
 
 
 def _execute(plan_path: Path, out_dir: Path, options):
-    """The plan's run, with its ETA on the status line: `run`'s and `train`'s."""
-    from omnitune import api
+    """The plan's run, with its ETA on the status line."""
+    import omnitune.api as api
+    with _running(plan_path, out_dir, options) as notice:
+        return api.run(plan_path, out_dir, options, notice)
+
+
+@contextlib.contextmanager
+def _running(plan_path: Path, out_dir: Path, options):
+    """The run's ETA on the status line, and its notes printed above it: `run`'s and `train`'s."""
     waiting = "" if options.node_rank is None else f"node {options.node_rank}: waiting for every node to join, then "
     with console.status(f"{waiting}running {plan_path}…") as status:
         with _following(out_dir, plan_path, lambda text: status.update(f"{waiting}{text}")):
-            return api.run(plan_path, out_dir, options, notice=lambda text: console.print(f"note: {text}"))
+            yield lambda text: console.print(f"note: {text}")
 
 
 @app.command()
@@ -336,52 +374,40 @@ def train(
     once: a later `train` of the same workload here uses it again from omnitune's cache."""
     from omnitune.runtime import launch
     launch.start_server()        # warm for the profile's jobs and the run's processes alike
-    from omnitune import api
-    from omnitune.planning.request import PlanRequest
-    from omnitune.runtime import job
-    from omnitune.core import profile as profile_mod
-    from omnitune.probing import timing
-    from omnitune.profiling import cache as profile_cache
-    plan_path = out_dir / "plan.json"
-    measured = profile_path is None
+    import omnitune.api as api
     try:
-        # Every option is checked before the profile's seconds are spent.
-        request = PlanRequest(workload, target_accuracy, profile_path or out_dir / "profile.json", None, plan_path,
-                              data_dir, seed=seed, budget_s=budget_s, target_loss=target_loss)
-        options = job.RunOptions(max_time_s=max_time_s, retune=retune)
-        if quick and not measured:
-            raise UserError("--quick measures a cheaper profile: not with --profile, which is measured already")
-        if fresh_profile and not measured:
-            raise UserError("--fresh-profile measures a profile: not with --profile, which is measured already")
-        if not measured:
-            elsewhere = timing.here(profile_mod.load(profile_path))
-            if elsewhere:
-                raise UserError(f"--profile {profile_path}: not of this machine ({elsewhere}); `train` runs here: "
-                                "plan for another machine with `omnitune plan`")
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"--out-dir {out_dir}: {e.strerror or e}") from None
-        found = profile_cache.kept(workload, data_dir, quick, None) if measured and not fresh_profile else None
-        if found:
-            kept_path, prof = found
-            profile_mod.save(prof, request.profile)
-            out.print(f"this machine's profile of {workload}, measured at {prof.measured_at}, from omnitune's cache "
-                      f"({kept_path}; --fresh-profile measures it anew)")
-        elif measured:
-            with console.status("profiling…") as status:
-                prof = api.profile(workload, request.profile, None, data_dir, quick,
-                                   progress=lambda m: status.update(f"profiling: {m}"))
-            _render_profile(prof, request.profile)
-        result = _planned(request)
+        options = api.RunOptions(max_time_s=max_time_s, retune=retune)
+        summary = api.train(workload, out_dir, target_accuracy, target_loss, profile_path, data_dir, quick,
+                            fresh_profile, seed, budget_s, options, _TrainShown(workload))
     except (ValueError, UserError) as e:
         _fail(UserError(str(e)))
-    _render_plan(result, plan_path)
-    try:
-        summary = _execute(plan_path, out_dir, options)
-    except UserError as e:
-        _fail(e)
-    _render_summary(summary, plan_path, out_dir, None)
+    _render_summary(summary, out_dir / "plan.json", out_dir, None)
+
+
+class _TrainShown:
+    """`train`'s steps shown as `profile`, `plan` and `run` show theirs (api.TrainSteps)."""
+
+    def __init__(self, workload: str):
+        self.workload = workload
+
+    def profiling(self):
+        return _profiling()
+
+    def profiled(self, prof, path: Path, kept: Path | None) -> None:
+        if kept is None:
+            _render_profile(prof, path)
+        else:
+            out.print(f"this machine's profile of {self.workload}, measured at {prof.measured_at}, from omnitune's "
+                      f"cache ({kept}; --fresh-profile measures it anew)")
+
+    def planning(self):
+        return _planning()
+
+    def planned(self, result, path: Path) -> None:
+        _render_plan(result, path)
+
+    def running(self, plan_path: Path, out_dir: Path, options):
+        return _running(plan_path, out_dir, options)
 
 
 def _eta_recap(out_dir: Path, summary) -> str | None:
@@ -473,10 +499,8 @@ def _unanswered_stall(summary) -> str | None:
 
 
 # How often `run` re-fits the ETA: every ETA_EVERY_S at most, on a new reading only, and taking at
-# most ETA_SHARE of a core. Re-fitted every 2 s when a fit took 0.02-1 s (40 bootstrap refits, since
-# replaced by the pace's one line), it took a third to half of a core from the training:
-# charlm-stdlib's one worker went from 0.085 s an iteration to 0.15-0.2 under `omnitune run`
-# within 30 s, and stayed at 0.08 run through the API.
+# most ETA_SHARE of a core: the fits share the machine's cores with the training, and re-fitted
+# on a fixed clock they slowed it visibly (docs/decisions.md, commands.ETA_SHARE).
 ETA_EVERY_S = 2.0
 ETA_SHARE = 0.05
 
@@ -578,7 +602,7 @@ def _run_options(values: dict) -> list[str]:
 @app.command()
 def report(path: Path = typer.Argument(..., help="a run dir or a plan file")):
     """Plot a plan's candidates, or a run's curves against its prediction, as PNG."""
-    from omnitune.cli import report as report_mod
+    import omnitune.cli.report as report_mod
     try:
         written = report_mod.report(path)
     except UserError as e:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from omnitune.core import plan as plan_mod
+from omnitune.core.change import changes, evaluations
 from omnitune.core.errors import UserError
 from omnitune.runtime import summary as summary_mod
 
@@ -60,7 +61,8 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     re-tuning chose over time (replans.jsonl)."""
     plt = _pyplot()
     summary = summary_mod.load(run_dir / "summary.json")
-    metrics = jsonl(run_dir / "metrics.jsonl")
+    lines = jsonl(run_dir / "metrics.jsonl")
+    metrics = evaluations(lines)
     plan = plan_mod.load(summary.plan) if Path(summary.plan).is_file() else None
     t = [m["train_s"] for m in metrics]
     fig, (a1, a2, a3, a4) = plt.subplots(1, 4, figsize=(20, 4.2))
@@ -83,7 +85,7 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     a2.set(xlabel="training time (s)", ylabel="loss", yscale="log", title="loss")
     a2.legend(fontsize=8)
     plot_eta(a3, jsonl(run_dir / "eta.jsonl"), summary.time_to_target_s)
-    plot_tuning(a4, jsonl(run_dir / "replans.jsonl"), plan, summary.wall_s - summary.eval_s)
+    plot_tuning(a4, jsonl(run_dir / "replans.jsonl"), changes(lines), plan, summary.wall_s - summary.eval_s)
     fig.suptitle(f"{run_dir}: {summary.protocol}, {summary.processes} processes", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -108,25 +110,34 @@ def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_tuning(ax, pauses: list[dict], plan, end_s: float) -> None:
-    """The learning rate (and momentum, on the right) the run trained at, from the first pause's
-    setting before it (else the plan's) through each pause's decision; where a pause changed the
-    batches, their sum is written beside it. A re-tuned run's summary names its last plan
-    (plan-replan-N.json), whose rate is the last pause's: the panel once drew that from the start."""
+def plot_tuning(ax, pauses: list[dict], in_place: list[dict], plan, end_s: float) -> None:
+    """The learning rate (and momentum, on the right) the run trained at: the plan's (or the
+    first pause's setting before it), then each pause's decision and each change in place
+    (metrics.jsonl's change rows, marked and named by why), in order of training time; where the
+    batches changed, their sum is written beside it."""
     if plan is None:
-        ax.set(title="re-tuning (no plan to start from)")
+        ax.set(title="tuning (no plan to start from)")
         return
     first = pauses[0]["before"] if pauses else {}
-    times = [0.0] + [p["train_s"] for p in pauses] + [end_s]
-    lrs = [first.get("lr", plan.spec.lr)] + [p["after"]["lr"] for p in pauses]
-    moms = [first.get("momentum", plan.spec.momentum)] + [p["after"]["momentum"] for p in pauses]
+    steps = sorted([(p["train_s"], p["after"], "pause", p["before"].get("batch_size")) for p in pauses]
+                   + [(c["train_s"], c, c.get("why", "change"), None) for c in in_place], key=lambda x: x[0])
+    times = [0.0] + [t for t, *_ in steps] + [end_s]
+    lrs = [first.get("lr", plan.spec.lr)] + [v["lr"] for _, v, *_ in steps]
+    moms = [first.get("momentum", plan.spec.momentum)] + [v["momentum"] for _, v, *_ in steps]
+    batch = sum(first.get("batch_size", plan.spec.batch_size).values())
     ax.step(times, lrs + lrs[-1:], where="post", label="learning rate")
-    for at, p in zip(times[1:], pauses):
-        batches = p["before"].get("batch_size"), p["after"].get("batch_size")
-        if None not in batches and batches[0] != batches[1]:
-            ax.annotate(f"batch {sum(batches[1].values())}", (at, p["after"]["lr"]), fontsize=7)
+    for (at, values, why, before), lr in zip(steps, lrs[1:]):
+        if why != "pause":
+            ax.plot([at], [lr], "v", color="C3", ms=5)
+            ax.annotate(why, (at, lr), fontsize=6, rotation=30)
+        elif before is None:       # a pause recorded before batches were tried: none changed
+            continue
+        now = sum(values.get("batch_size", {}).values()) or batch
+        if now != (sum(before.values()) if before else batch):
+            ax.annotate(f"batch {now}", (at, lr), fontsize=7, va="top")
+        batch = now
     ax.set(xlabel="training time (s)", ylabel="learning rate", yscale="log",
-           title=f"re-tuning: {len(pauses)} pause(s)")
+           title=f"tuning: {len(pauses)} pause(s), {len(in_place)} change(s) in place")
     right = ax.twinx()
     right.step(times, moms + moms[-1:], where="post", color="C1", label="momentum")
     right.set(ylabel="momentum")

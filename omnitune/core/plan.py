@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnitune.core import protocols
+import omnitune.core.protocols as protocols
 from omnitune.core.cluster import Device
 from omnitune.core.files import atomic_write_json, load_versioned, to_dict
 from omnitune.core.protocols import Variant

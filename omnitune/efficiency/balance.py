@@ -7,7 +7,7 @@ from typing import Mapping
 from omnitune.core import protocols
 from omnitune.core.profile import DeviceProfile
 from omnitune.core.protocols import Variant
-from omnitune.efficiency import perfmodel
+import omnitune.efficiency.perfmodel as perfmodel
 from omnitune.efficiency.perfmodel import ComputeModel, Linear
 
 # A balanced batch below this share of the nominal batch keeps its device only to wait for it:
@@ -127,9 +127,8 @@ def speed_calibrations(devices: list[DeviceProfile], batch: int) \
 
 def timed_g(g: int, n: int) -> bool:
     """Whether the profile times groups formed by speed at g of n devices: at a power of two or at n.
-    An H200 machine's 16 cores timed every g from 2 to 16: 33 of its 69 calibration jobs;
-    between the powers of two, log seconds per update interpolated in log g came within 15% of
-    the measured (within 5% at the median: benchmarks/results/gpu-profile.json as of commit 4c537ff)."""
+    Timing every g costs a machine of many cores half its calibration jobs, and between the powers
+    of two log seconds per update interpolate well in log g (docs/decisions.md, balance.timed_g)."""
     return g == n or g & (g - 1) == 0
 
 

@@ -3,17 +3,12 @@ reads metrics lines as dicts.
 
 The estimate is the recent pace (statmodel.pace_crossing: log error falling linearly in the
 iterations, over the readings past the first quarter of them), times the seconds per iteration
-of the last quarter of the training so far. Replayed on finished runs (benchmarks.eta) it was the
-nearest of the curve models at a quarter of a run: the power laws that fit a probe's curve (the
-plateau, statmodel.extrapolate) read a run's early rise as a curve that levels off, and put the
-target tens to thousands of times too far, or nowhere.
+of the last quarter of the training so far. Of the curve models it errs least a quarter of the
+way into a run: the power laws that fit a probe's curve (the plateau, statmodel.extrapolate)
+read a run's early rise as a curve that levels off, and put the target far too late, or nowhere.
 Its band is the estimate of the training left, times BAND: the 10th and 90th percentiles of the
-training actually left over the estimated, at every twentieth of the develop runs of
-benchmarks.eta when it was set (16 runs, 253 points). It says how wrong the pace has been, not a
-model's own uncertainty; the benchmark checks it on the runs it was not read from. Read again on
-76 develop runs (1,394 points, 2026-11-30) the percentiles are 0.41 and 1.40; with those the band
-held at a quarter in 61 of the 76 develop runs but in 10 of 35 held-out ones (against 52 and 21
-with BAND), so the narrower band did not carry over and BAND stays as it was.
+training actually left over the estimated, read from finished runs of the develop workloads. It
+says how wrong the pace has been, not a model's own uncertainty (docs/decisions.md, eta.BAND).
 """
 
 from __future__ import annotations
@@ -22,11 +17,11 @@ import math
 from dataclasses import dataclass
 
 from omnitune.core.target import Target, of
-from omnitune.efficiency import statmodel
+import omnitune.efficiency.statmodel as statmodel
 
 MIN_READINGS = 4         # fewer readings fit no curve worth showing
 PACE_FROM = 0.75         # seconds per iteration over the training since this share of it
-BAND = (0.46, 4.8)       # the training left, actual over estimated: 10th and 90th percentiles (benchmarks.eta)
+BAND = (0.46, 4.8)       # the training left, actual over estimated: 10th and 90th percentiles (docs/decisions.md)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from omnitune.core.cluster import Cluster, read_spec_as
 from omnitune.core.errors import UserError
 from omnitune.core.profile import Profile
 from omnitune.core.protocols import Variant
-from omnitune.efficiency import simulator
+import omnitune.efficiency.simulator as simulator
 from omnitune.efficiency.perfmodel import Shape
 
 

@@ -14,8 +14,8 @@ Notation (one checkpoint, SGD):
 A batch far below phi wastes nothing by growing (the gradient is mostly noise, E near 1); one far
 above it wastes samples (E near M0 / M). phi grows as a run's loss falls (McCandlish et al.), so
 the batch that trains fastest grows with it: a short probe at the start of a run reads a small
-phi and favours small batches, which the run's end does not (teacher-mlp: planned at batch 64 or
-128, its best fixed batch is 256).
+phi and favours small batches, which the run's end does not (docs/decisions.md,
+retune.GROWTH).
 """
 
 from __future__ import annotations

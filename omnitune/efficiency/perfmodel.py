@@ -112,11 +112,10 @@ class ComputeModel:
     def despiked(self) -> "ComputeModel":
         """t(b) with its spikes taken out: a measured step more than SPIKE times off the log-log
         line through its two neighbours, where neither neighbour is itself so far off its own,
-        is a slow (or fast) spell of the host, not the device, and that line replaces it. One
-        teacher-mlp profile (2026-11-28) timed one worker at 2.8 ms at batch 128, 9.2 at 256
-        (within-pass spread 0.47) and 9.6 at 512, while the runtime's steps took 2.8-3.3, 4.6-5.9
-        and 9.9-10.2: batch 256 read slower than 128, and a pause's goodput read growth to 512
-        as doubling the throughput. Bumps within SPIKE stay: they are the device's kernels."""
+        is a slow (or fast) spell of the host, not the device, and that line replaces it: left in,
+        one such step can make a larger batch read slower than a smaller one, and a pause's
+        goodput misjudge growth (docs/decisions.md, perfmodel.SPIKE). Bumps within SPIKE stay:
+        they are the device's kernels."""
         if len(self.batches) < 3:
             return self
         lb, lt = np.log(self.batches), np.log(self.seconds)
@@ -221,10 +220,9 @@ def slower(fast: DeviceProfile, other: DeviceProfile, z: float = NOISE_Z) -> boo
     ratio's own scatter over the batch sizes (`scatter`), over the number of batch sizes.
     Identical devices can measure far apart at one batch size, and which is faster can change
     from one size to the next: a slow spell of the
-    host moves a whole size, which the repeats' spread within it does not see. On an H200
-    machine's 16 identical cores, the spread alone found a core slower than the fastest in each
-    of three profiles (and so timed 10 calibration jobs of groups formed by speed); with the
-    scatter, in one. Profiles without spreads (schema 1-2) use FIXED_MARGIN."""
+    host moves a whole size, which the repeats' spread within it does not see, and with the
+    spread alone identical cores read unequal (docs/decisions.md, perfmodel.NOISE_Z). Profiles
+    without spreads (schema 1-2) use FIXED_MARGIN."""
     a, b = ({s.batch_size: s for s in d.steps} for d in (fast, other))
     common = sorted(set(a) & set(b))
     if not common:

@@ -355,8 +355,8 @@ def runtime_overhead(profile: Profile, variant: Variant) -> float:
     seconds per iteration; 0 when there are none. The loops differ in what they do beside the
     step (a sync step flattens gradients and checks the monitor; a gossip step only steps), so
     each protocol has its own. o is solved in the simulation's own terms (with g groups taking
-    turns, o per step adds about o/g per update). A fit, from runs that benchmarks/simulator.py
-    does not compare against."""
+    turns, o per step adds about o/g per update). A fit to the profile's own calibration jobs,
+    so the real runs the simulator is checked against stay out of sample."""
     def fits(match) -> list[float]:
         out = []
         for cal in profile.calibration:

@@ -13,16 +13,14 @@ less than SMALL_JOB_S gets a quick search instead: a fixed few seconds, so the w
 search. When no probe of the cold start's decades can predict (a long job: its curve has barely
 left chance), the budget stays UNKNOWN_BUDGET_S, and the search ranks configurations by training
 loss after equal training time instead; the leaders of the two best setups then train on
-(FINALISTS, final.py) in what the probes left of the budget (`final_reserve_s`: on an H200
-machine the round ran past it, planning 12.3 s on a 9.9 s budget), and the winner's training is
-handed on to the run, not spent. That
-budget is small because the run re-tunes as it goes (runtime/job.py): on teacher-mlp (5 seeds,
-benchmarks.plan_quality --small-budget-s 6) a 6 s search lost nothing in the run against a 15 s
-one, and cost 7 s of planning against 16. Scouts must learn before they rank: where the first
-one's training loss has not fallen LEARNED below its first minibatch's, it trains again at twice
-the iterations, and the budget grows to cover the scouts at that length (Trials.lengthen;
-shapes-resnet: 20 iterations said nothing, 80 do). `--budget-s` overrides all of this. A probe that would
-end past the budget, by the profile's step times, is not started (on a large simulated fleet one
+(FINALISTS, final.py) in what the probes left of the budget (`final_reserve_s`, so that the
+round ends within it), and the winner's training is handed on to the run, not spent. That
+budget is small because the run re-tunes as it goes (runtime/job.py): a longer search buys the
+run little (docs/decisions.md, budget.UNKNOWN_BUDGET_S). Scouts must learn before they rank:
+where the first one's training loss has not fallen LEARNED below its first minibatch's, it
+trains again at twice the iterations, and the budget grows to cover the scouts at that length
+(Trials.lengthen; budget.LEARNED). `--budget-s` overrides all of this. A probe that would end
+past the budget, by the profile's step times, is not started (on a large simulated fleet one
 probe takes seconds).
 
 A probe's test evaluations are budgeted too (`evaluations`): on a large model one costs as much as
@@ -34,10 +32,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# docs/decisions.md has a record, `budget.NAME`, for each value below that a measurement chose,
+# and says which are set by design.
 FRACTION = 0.10          # planning's share of the predicted training time
 SMALL_JOB_S = 10.0       # below this predicted training time, a quick search
 SMALL_BUDGET_S = 4.0     # a quick search's probing, scouts included: with `plan`'s ~4 s of start-up, a tiny
-                         # job starts within 10 s (6 s took 10.0-10.2 s on lenet-digits, benchmarks.tiny_job)
+                         # job starts within 10 s (docs/decisions.md, budget.SMALL_BUDGET_S)
 SCOUTS = 4               # the cold start's first probes: learning rate over Omnivore's decades
 SCOUT_S = 1.5            # its reference setup is one where this long trains
 SCOUT_ITERS = 40         # at least this many iterations
@@ -92,8 +92,8 @@ def plan_budget(predicted_train_s: float | None, scouts_s: float, override_s: fl
     """The budget for probing, given the predicted training time of the best configuration so far
     (None: no probe could predict one) and the seconds planning already spent (`scouts_s`).
     `least_s` is what UNKNOWN_PROBES probes of MIN_PROBE_ITERS cost on the setup whose probe steps
-    fastest (`least_probing`; on charlm-stdlib, 73 ms a step, 6 s bought three probes of 20
-    iterations), or, where the scouts had to train longer to learn, what the scouts cost
+    fastest (`least_probing`: where a step is slow, a fixed budget buys too few probes to rank;
+    budget.UNKNOWN_PROBES), or, where the scouts had to train longer to learn, what the scouts cost
     (Trials.lengthen): with no prediction the budget is at least that.
 
     The probes still to run share what is left: WANTED_PROBES of them when each can train for at

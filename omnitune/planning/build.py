@@ -13,7 +13,7 @@ from omnitune.core.profile import Profile
 from omnitune.core.target import Target, of
 from omnitune.efficiency.perfmodel import PerfModel, Shape
 from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
-from omnitune.planning import budget as budget_mod
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.hardware import analytic_covers, spec_batches, spec_of
 from omnitune.planning.omnivore import Search
 from omnitune.planning.probes import HandsOn, Prober, never

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from omnitune.planning import budget as budget_mod
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.phases import ByLoss
 from omnitune.planning.probes import HandsOn
 from omnitune.planning.ranking import UNRANKED, long_horizon_keys, rank_key, rate_per_sample

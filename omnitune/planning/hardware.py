@@ -27,8 +27,8 @@ def profiled(profile: Profile, model: str = ANALYTIC) -> Hardware:
     run on the profile's measurements (simulator.from_profile). The analytic model is used only
     where it is calibrated, or for one device alone: a configuration no calibration job timed
     (a subset of a layout, groups formed by speed) is simulated, the simulator being the better
-    model of what the profile never ran (benchmarks.simulator). Staleness from the calibration
-    jobs where they measured it, else simulated."""
+    model of what the profile never ran (docs/decisions.md, hardware.profiled). Staleness from
+    the calibration jobs where they measured it, else simulated."""
     perf = PerfModel.from_profile(profile)
     overhead = simulator.overheads(profile)
 

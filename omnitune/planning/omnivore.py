@@ -12,7 +12,9 @@ from omnitune.core.errors import UserError
 from omnitune.core.plan import Planning
 from omnitune.core.profile import Profile
 from omnitune.efficiency.perfmodel import PerfModel
-from omnitune.planning import budget as budget_mod, order, study as study_mod
+import omnitune.planning.budget as budget_mod
+import omnitune.planning.order as order
+import omnitune.planning.study as study_mod
 from omnitune.planning.final import FINAL_GROWTH, final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
 from omnitune.planning.phases import Spending

@@ -16,16 +16,15 @@ from __future__ import annotations
 import math
 
 from omnitune.core import protocols
-from omnitune.planning import budget as budget_mod
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.ranking import LOSS_TIE, RankKey
 from omnitune.planning.space import Scored, Setup, faster_twin
 from omnitune.planning.trials import Trials
 
 # After the cold start, about half a decade either side of the best, the larger first: where the
 # budget holds one of them, the lower one's short probe would read better whatever the run needs
-# (short-horizon bias), and the larger wins a tie (ranking.LOSS_TIE). charlm-stdlib's 11-s budget
-# held one: lr 3.3e-4 was probed and 3e-3, whose runs reach the target in 124-170 s against 1e-3's
-# 171-183 s, was not.
+# (short-horizon bias), and the larger wins a tie (ranking.LOSS_TIE) (docs/decisions.md,
+# order.LR_REFINE).
 LR_REFINE = (3.0, 1 / 3)
 RUNG_LRS = (1.0, 1 / 3, 0.1)              # a rung's rates, times the previous rung's best
 STOP_GAIN = 0.10                          # climb a ladder only while samples per second improve this much
@@ -89,10 +88,9 @@ def decades(trials: Trials, ref: Setup, mu: float) -> float | None:
     training loss, or pruned: lagging the median at equal training time, below a decade that
     learned), carried on past a winning edge. The first scout that does not diverge sets how
     long they all train: until it has learned (Trials.lengthen). A pruned scout has no loss to
-    rank by, and the scan went on past it: shapes-resnet's 0.001 was pruned below 0.01 and 0.0001
-    probed after it, 3.7 s of a 22-s search. Where no decade above has learned, the pruner read
-    accuracies at chance (0.10-0.13), and the scan goes on: with 0.01 pruned below a 0.1 that had
-    not learned, it ended, and the edge carried on to lr 1."""
+    rank by, so below a decade that learned it ends the scan, where probing further decades only
+    spends the budget; where no decade above has learned, the pruner compares accuracies at
+    chance, and the scan goes on (docs/decisions.md, order.decades)."""
     if trials.space.lrs is not None:
         for lr in trials.space.lrs:
             trials.probe(ref, lr, mu)
@@ -127,17 +125,16 @@ def decays(trials: Trials, ref: Setup, mu: float, tried: list[float]) -> None:
     scouts at the best scout's rate. Another decay replaces the recipe's only where its time to
     target, or else its training loss, is more than LOSS_TIE below the recipe's: decay barely
     shows in a short probe, and what it is for (generalisation over a long run) not at all, so
-    a smaller gap is noise (on charlm-stdlib's 20-iteration probes a decay of a tenth won by the
-    looser tie rule of rates)."""
+    a smaller gap is noise (docs/decisions.md, order.decays)."""
     grid = trials.space.decays
     keys = {x: k for x in tried if (k := trials.scout_rank(ref, trials.rates(ref, [x])[0], mu)) is not None}
     if len(grid) < 2 or not keys:
         return
     if all(kind == 1 for kind, _ in keys.values()):
-        # Scouts that rank by training loss do not tell decays apart: another decay must read
-        # LOSS_TIE lower, and charlm-stdlib's 20-iteration probes at 0.1, 0.01 and 1 read 3.040,
-        # 3.041 and 3.054. Those two probes were 2 of its 5 in a 16-s budget, which then had none
-        # left for the rate's refinement (CHANGELOG): the budget goes to the rate.
+        # Scouts that rank by training loss do not tell decays apart (another decay must read
+        # LOSS_TIE lower, and short probes' losses barely differ by decay), and where such probes
+        # are all a slow model's budget buys, two more of them leave none for the rate's
+        # refinement: the budget goes to the rate (docs/decisions.md, order.decays).
         trials.log(f"weight decay {grid[0]:g} (the recipe's): the scouts rank by training loss, in which a "
                    "decay does not show")
         return

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-from omnitune.planning import budget as budget_mod
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.budget import Budget
 
 

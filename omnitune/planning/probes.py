@@ -9,7 +9,8 @@ from dataclasses import replace
 from typing import Callable, Protocol, runtime_checkable
 
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
-from omnitune.planning import budget as budget_mod, study as study_mod
+import omnitune.planning.budget as budget_mod
+import omnitune.planning.study as study_mod
 from omnitune.planning.phases import Phase, Spending
 
 
@@ -106,8 +107,8 @@ class ProbeRunner:
         self.probes_run += 1
         evals = budget_mod.evaluations(probe_s, self.eval_s, phase.evals)
         # A longer probe of a configuration probed before (a scout that has not learned) goes on
-        # where that one stopped: shapes-resnet's first scout trained 20, 40, 80 and 160
-        # iterations from scratch, 300 where 160 do, 11.8 s of a 17-s search.
+        # where that one stopped, rather than training its first iterations again
+        # (docs/decisions.md, probes.ProbeRunner.run).
         start = self.handoff(pc)
         if start is not None and start.iterations < cap:
             r = self.prober(pc, cap, limit_s, on_eval, evals, start=start)

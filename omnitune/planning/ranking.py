@@ -40,10 +40,9 @@ def rate_per_sample(config: Config) -> float:
     """The step each sample of an update gets: the learning rate over the variant's gain and the
     samples an update averages, to 6 digits (rates scaled with the batch compare equal). What
     short-horizon bias is about is this, not the rate: a rate scaled linearly with its update's
-    batch (Goyal et al. 2017) takes the same steps per sample. Compared by the rate, a tie went to
-    the larger batch at the scaled rate: teacher-mlp's plan of seed 5 (2026-11-30) took both
-    cores at batch 256 each and lr 0.08 (training loss 0.301) over one worker at 256 and 0.04
-    (0.276), and ran 65.7 s where one worker's runs took 35-43."""
+    batch (Goyal et al. 2017) takes the same steps per sample. Compared by the rate, a tie would go
+    to the larger batch at the scaled rate, the same step per sample, even on a slower setup
+    (docs/decisions.md, ranking.rate_per_sample)."""
     batches = tuple((config.batch,) * len(g) for g in config.groups)
     return float(f"{config.lr / config.variant.lr_gain / config.variant.samples_per_update(batches):.6g}")
 
@@ -97,9 +96,9 @@ def blind(scored: list[Scored], label_loss: float | None) -> bool:
     """Whether a ranking by training loss ranked noise: no probe's training loss fell LEARNED
     below `label_loss`, the loss of predicting the training labels' frequencies
     (workload.label_loss). Such probes have learned little beyond the frequencies, and which of
-    them is lowest says little of how their runs will go. The lowest probes of
-    gru-count's five searches read 2.83-2.96 at 20-74 iterations against its labels' 2.82, and
-    its runs leave that loss after 400-1,000 iterations. False where `label_loss` is unknown."""
+    them is lowest says little of how their runs will go: a run may need hundreds of iterations
+    to leave that loss (docs/decisions.md, ranking.blind). False where `label_loss` is
+    unknown."""
     losses = [loss for loss in map(ranked_loss, scored) if loss is not None]
     return label_loss is not None and bool(losses) and min(losses) > (1 - LEARNED) * label_loss
 
@@ -111,11 +110,9 @@ def boldest(scored: list[Scored], label_loss: float) -> list[Scored]:
     ranks by a time to target. Such probes have learned too little for their losses to rank them,
     and what a run does with a wrong guess is not even: too high a rate stalls or diverges, which
     pauses the run to re-tune, while too low a rate only goes slowly, which nothing catches before
-    the run's scheduled pause. Two of three blind plans of shapes-resnet on 2026-11-29 took lr
-    0.03 where their probes at 0.1 of the same setup had learned as little (training loss 2.11
-    against 2.25, the labels' 2.30); their runs reached 0.9 in 85 and 87 s, and at 0.1 in 78, 58
-    and 60 s; no pause came before 318 s. Setups are not compared here: their probes trained for
-    the same time, not the same iterations, and the leader's speed may have been timed."""
+    the run's scheduled pause (docs/decisions.md, ranking.boldest). Setups are not compared
+    here: their probes trained for the same time, not the same iterations, and the leader's speed
+    may have been timed."""
     leader = scored[0] if scored else None
     key = rank_key(leader.probe, leader.sec_per_iter, True) if leader is not None else None
     if key is None or key[0] == 0:

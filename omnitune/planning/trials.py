@@ -12,7 +12,7 @@ from typing import Callable
 
 from omnitune.core.protocols import Variant
 from omnitune.efficiency.statmodel import ProbeResult, ProbeStatus
-from omnitune.planning import budget as budget_mod
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.phases import ByLoss, ByTime, Phase, Spending
 from omnitune.planning.probes import ProbeRunner
 from omnitune.planning.ranking import RankKey, long_horizon_keys, ordered, rank_key, rate_per_sample
@@ -84,9 +84,9 @@ class Trials:
         return r
 
     def lengthen(self, s: Setup, lr: float, mu: float) -> bool:
-        """Scouts that have not learned cannot rank rates: at 20 iterations every decade of
-        shapes-resnet reads within noise of its untrained loss (2.30-2.40 against 2.39), and the
-        search chose a rate whose run took twice the best one's. So while this scout's training
+        """Scouts that have not learned cannot rank rates: their losses sit within noise of the
+        untrained loss, and the rate they pick is a draw (docs/decisions.md, budget.LEARNED).
+        So while this scout's training
         loss is less than LEARNED below its first minibatch's, it trains on to twice the
         iterations, from where it stopped (ProbeRunner.run; at most SCOUT_DOUBLINGS times), and
         reads as one probe of them all would; every later probe trains at least as many (the
@@ -126,11 +126,11 @@ class Trials:
         iters = self.runner.iterations(s.sec_per_iter, s.probe_sec_per_iter, self.phase, self.spending)
         # Ranked by loss, the final round (final.py) trains the leaders on within the same budget,
         # at what the probes took (more than the profile's steps say: their evaluations, the start).
-        # It needs two setups: while this probe's is the only one probed, nothing is kept for it
-        # (charlm-stdlib, whose other sync setups step too slowly to compare by loss, kept 5 s of a
-        # 16-s budget for a round it could not hold, and left its rate's refinement unprobed). A
-        # second setup probed later keeps the room from then on; if the budget no longer has it,
-        # there is no final round, and the rate had the budget instead.
+        # It needs two setups: while this probe's is the only one probed, nothing is kept for it,
+        # so that a model whose other setups step too slowly to compare spends its budget on its
+        # rate (docs/decisions.md, trials.skips). A second setup probed later keeps the room from
+        # then on; if the budget no longer has it, there is no final round, and the rate had the
+        # budget instead.
         probed = {key[0] for key, skipped in self.tried.items() if skipped is None} | {s}
         finals = self.phase.by_loss and len(probed) >= budget_mod.FINALISTS
         reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if finals else 0.0

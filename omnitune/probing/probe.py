@@ -175,8 +175,9 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
 
     The run's clock counts the probe's iterations at the plan's predicted seconds per iteration,
     at most the probe's own training time; the rest stays planning's cost. A probe emulates the
-    plan on this machine's CPU: on an H200 machine its 144 iterations of the GPU's plan took 2.9 s,
-    which the GPU runs in 0.9, and the run's clock counted all 2.9."""
+    plan on this machine's CPU, which may step far slower than the plan's devices: counted at the
+    probe's own time, a GPU plan's handed-on iterations would weigh several times what the GPU
+    takes for them (docs/decisions.md, probe.hand_on)."""
     if warms_up(plan.spec):
         return plan
     want = probe_config(plan.spec, plan.spec.lr, plan.spec.momentum)
@@ -197,9 +198,8 @@ def hand_on(plan: Plan, prober: Prober, plan_path: Path) -> Plan:
 def warms_up(spec: RunSpec) -> bool:
     """Whether the spec's recipe starts with a warm-up, which a probe (at a constant rate) does
     not: its state is then none the run could have reached, and the run starts from scratch.
-    charlm-stdlib's plan at lr 3e-3 (AdamW, warm-up over 5%) went on from 20 probe iterations at
-    the full rate and read test loss 2.43 at iteration 604 and 1.84 at its 240-s limit; the same
-    setting from scratch read 2.26 at 526 and reached 1.70 at 159 s."""
+    A warmed-up run that goes on from a probe's iterations at the full rate learns worse than one
+    from scratch (docs/decisions.md, probe.warms_up)."""
     return workload_mod.load(spec.workload).recipe.warms_up
 
 

@@ -1,6 +1,6 @@
 """Profiles kept between commands, so that `omnitune train` on a machine it measured before
-starts training without profiling again (the profile of a 2-core machine takes 13-19 s, a
-fifth to a third of a one-to-two-minute job).
+starts training without profiling again: a profile is most of what a user waits for before a
+minutes-long job trains (docs/decisions.md, cache).
 
 A profile is kept under omnitune's cache (env.cache_dir()/profiles) when `profile` or `train`
 measures this machine (no cluster spec), keyed by all that changes what it measures: the
@@ -20,12 +20,12 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-import omnitune
 from omnitune.core import env, profile as profile_mod
 from omnitune.core.cluster import local_cluster
 from omnitune.core.errors import UserError
 from omnitune.core.files import to_dict
 from omnitune.core.profile import Profile
+from omnitune.core.version import VERSION
 from omnitune.runtime import workload as workload_mod
 from omnitune.runtime.host import host_facts
 
@@ -39,7 +39,7 @@ def path(workload: str, data_dir: str | None, quick: bool, max_batch: int | None
     if root is None:
         return None
     wl = workload_mod.load(workload)
-    key = {"schema": profile_mod.SCHEMA_VERSION, "omnitune": omnitune.__version__, "workload": wl.digest,
+    key = {"schema": profile_mod.SCHEMA_VERSION, "omnitune": VERSION, "workload": wl.digest,
            "data_dir": str(Path(data_dir).resolve()) if data_dir else None, "quick": quick, "max_batch": max_batch,
            "host": dataclasses.asdict(host_facts()), "cluster": to_dict(local_cluster())}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -40,6 +40,8 @@ from omnitune.runtime.measure import Settings, StepTimer, alone_steps
 from omnitune.runtime.profile_worker import ProfileJob, main as worker_main
 from omnitune.runtime.topology import placed_nodes
 
+SHARED_DATASETS = "datasets.pt"     # in the log dir: the datasets this node's processes load (workload.share)
+
 
 def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings: Settings,
             log_dir: Path, progress: Callable[[str], None] = lambda msg: None,
@@ -67,39 +69,18 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         if here.index == 0 or len(concurrent) == 1 else {}
     if len(concurrent) > 1:
         progress(f"{len(concurrent)} workers of layout {biggest!r} at once, then their links")
-        several = len(everyone) > 1
-        specs = calibration_specs(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
-                                  server_only=several)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        # This node's processes load the datasets, faster than building them: from the cache, or a copy here.
-        cached = data_dir is None and wl.cache_path() is not None
-        shared = log_dir / "datasets.pt"
-        job = ProfileJob(workload_spec, data_dir, concurrent, settings, biggest, specs, everyone, here.index,
-                         launch_mod.store_port(everyone, cluster.rendezvous),
-                         None if cached else workload_mod.share(datasets, shared), str(log_dir),
-                         () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
-                         () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
-                         {**{d: dp.steps for d, dp in devices.items()},      # modelled: the widest's, by threads
-                          **{d: interpolated(cluster, d, narrow, wide, devices).steps
-                             for d, (narrow, wide) in modelled.items() if wide in devices}}, time.time())
+        job = concurrent_job(cluster, biggest, workload_spec, data_dir, settings, wl, datasets, devices, modelled,
+                             everyone, here, log_dir)
         try:
             results = launch(job, here, everyone, cluster, workload_spec, log_dir, progress)
         finally:
-            shared.unlink(missing_ok=True)
+            (log_dir / SHARED_DATASETS).unlink(missing_ok=True)
         gathered = next((r for r in results.values() if r is not None), None)
         if gathered is None:                    # another node's rank 0 has the measurements
             return None
         network, calibration = read_gathered(gathered, devices, everyone)
         progress(took(gathered[0]["phases"], len(concurrent) + 1))      # a rank per device, and the server rank
-        for d, (narrow, wide) in modelled.items():
-            if wide in devices:     # timed where the server's node is the first: else measure d alone, below
-                devices[d] = interpolated(cluster, d, narrow, wide, devices)
-        for narrow, wide in dict.fromkeys(modelled.values()):
-            ids = [d for d, pair in modelled.items() if pair == (narrow, wide) and d in devices]
-            threads = sorted({cluster.device(d).threads for d in ids})
-            if ids:
-                progress(f"{len(ids)} workers of {', '.join(map(str, threads))} threads not timed: modelled between "
-                         f"{narrow}'s layout and {wide}")
+        add_modelled(cluster, modelled, devices, progress)
     for device in cluster.devices:          # the one device of a one-device cluster
         if device.id not in devices:
             progress(named(device))
@@ -113,6 +94,44 @@ def profile(cluster: Cluster, workload_spec: str, data_dir: str | None, settings
         host=host_facts(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         quick=settings.repeats < Settings().repeats, calibration=tuple(calibration),
     )
+
+
+def concurrent_job(cluster: Cluster, biggest: str, workload_spec: str, data_dir: str | None, settings: Settings,
+                   wl, datasets, devices: dict[str, DeviceProfile], modelled: dict[str, tuple[str, str]],
+                   everyone, here, log_dir: Path) -> ProfileJob:
+    """The launch of the concurrent layout's processes: their steps side by side, their links and
+    the calibration jobs (on several nodes, only those of protocols with a server); on one node,
+    the other one-device layouts' jobs and the mixed layouts', balanced from the steps of
+    `devices` and of the `modelled` workers (the widest's, by threads)."""
+    several = len(everyone) > 1
+    specs = calibration_specs(cluster, biggest, workload_spec, data_dir, settings.calibrate_batches,
+                              server_only=several)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # This node's processes load the datasets, faster than building them: from the cache, or a copy here.
+    cached = data_dir is None and wl.cache_path() is not None
+    return ProfileJob(workload_spec, data_dir, cluster.layout(biggest), settings, biggest, specs, everyone, here.index,
+                      launch_mod.store_port(everyone, cluster.rendezvous),
+                      None if cached else workload_mod.share(datasets, log_dir / SHARED_DATASETS), str(log_dir),
+                      () if several else alone_specs(cluster, biggest, workload_spec, data_dir, settings),
+                      () if several else mixed_specs(cluster, workload_spec, data_dir, settings),
+                      {**{d: dp.steps for d, dp in devices.items()},
+                       **{d: interpolated(cluster, d, narrow, wide, devices).steps
+                          for d, (narrow, wide) in modelled.items() if wide in devices}}, time.time())
+
+
+def add_modelled(cluster: Cluster, modelled: dict[str, tuple[str, str]], devices: dict[str, DeviceProfile],
+                 progress: Callable[[str], None]) -> None:
+    """Add to `devices` the steps of the `modelled` workers whose widest was timed (interpolated),
+    and say which were modelled between what."""
+    for d, (narrow, wide) in modelled.items():
+        if wide in devices:     # timed where the server's node is the first: else measure d alone (profile)
+            devices[d] = interpolated(cluster, d, narrow, wide, devices)
+    for narrow, wide in dict.fromkeys(modelled.values()):
+        ids = [d for d, pair in modelled.items() if pair == (narrow, wide) and d in devices]
+        threads = sorted({cluster.device(d).threads for d in ids})
+        if ids:
+            progress(f"{len(ids)} workers of {', '.join(map(str, threads))} threads not timed: modelled between "
+                     f"{narrow}'s layout and {wide}")
 
 
 def outside(cluster: Cluster, biggest: str, wl, train, settings: Settings,
@@ -142,8 +161,8 @@ def in_between(cluster: Cluster, biggest: str) -> dict[str, tuple[str, str]]:
     of the widest CPU worker there (timed alone), as the layouts of a few workers between one
     per core and one on all are. No calibration job runs the layouts of a few such workers, so the
     planner times such a setup by a real job before it may win, and their steps only rank it
-    (`cpu-rest` beside a GPU is in that mixed layout's jobs). Timed, the five of an
-    H200 machine's 16 cores (2, 4, 8, 15 threads, and all 16) took 8.9 s of a 43 s profile."""
+    (`cpu-rest` beside a GPU is in that mixed layout's jobs). Timing them would cost a machine of
+    many cores a fifth of its profile (docs/decisions.md, profiler.in_between)."""
     concurrent_ids = cluster.layouts[biggest]
     plain = [c for c in cluster.devices if c.kind == "cpu" and c.emulated_slowdown == 1.0]
     out = {}
@@ -171,11 +190,10 @@ def interpolated(cluster: Cluster, device_id: str, narrow: str, wide: str,
     times the model's ratio to them there, up to the widest's largest batch (a worker of fewer
     threads is not cut to the batches a one-thread worker reached in its time cap). Per thread,
     the narrow workers are slowed by their neighbours and the widest by its threads'
-    synchronisation, so the model lies between the two. Against the in-between workers timed
-    alone on two H200 profiles, it read 0.9-2.1 times their step for 2-8 threads at batches
-    1-128 (1.0-2.2 at 256-512, past the batches both timed) and 0.7-1.0 times for 15: a worker
-    timed alone has the host to itself, which it does not have in its layout, and no job of
-    such a layout has timed the truth."""
+    synchronisation, so the model lies between the two. Against such workers timed alone it
+    reads up to twice their step (docs/decisions.md, profiler.in_between): a worker timed alone
+    has the host to itself, which it does not have in its layout, and no job of such a layout
+    has timed the truth."""
     d, n, w = cluster.device(device_id), cluster.device(narrow), cluster.device(wide)
     siblings = [devices[c.id].steps for c in cluster.devices
                 if c.id in devices and devices[c.id].concurrent and c.kind == "cpu" and c.host == n.host

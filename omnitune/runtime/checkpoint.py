@@ -31,10 +31,13 @@ class Start:
     iteration: int = 0
     train_s: float = 0.0
     optimizer: dict | None = None
+    knobs: dict | None = None         # {"base", "now"}: changes in place in force (Context.knobs_record)
 
 
-def save(path: Path, model: torch.nn.Module, opt: Update, iteration: int, train_s: float) -> None:
-    save_state(path, {"model": model.state_dict(), "optimizer": opt.state_dict()}, iteration, train_s)
+def save(path: Path, model: torch.nn.Module, opt: Update, iteration: int, train_s: float,
+         knobs: dict | None = None) -> None:
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    save_state(path, {**state, "knobs": knobs} if knobs else state, iteration, train_s)
 
 
 def save_state(path: Path, state: dict, iteration: int, train_s: float) -> None:
@@ -73,7 +76,7 @@ def load(data: bytes | None, model: torch.nn.Module, name: str) -> Start:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError, EOFError, TypeError, pickle.UnpicklingError) as e:
         raise UserError(f"{name}: not a checkpoint of this model ({str(e).splitlines()[0]})") from None
-    return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"])
+    return Start(int(state["iteration"]), float(state["train_s"]), state["optimizer"], state.get("knobs"))
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, momentum: float, start: Start, recipe: Recipe = Recipe(),

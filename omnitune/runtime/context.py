@@ -5,6 +5,7 @@ and the summary it writes at the end."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import signal
 import sys
@@ -16,12 +17,15 @@ from pathlib import Path
 import torch
 
 from omnitune.core import env
+from omnitune.core.change import Change, Knobs
 from omnitune.core.cluster import Device
 from omnitune.core.files import append_jsonl, atomic_write_bytes, to_dict
 from omnitune.core.runspec import RunSpec
 from omnitune.core.target import Target
-from omnitune.runtime import checkpoint
+import omnitune.runtime.checkpoint as checkpoint
 from omnitune.runtime.checkpoint import Start
+from omnitune.efficiency.tuner import Policy as TunerPolicy
+from omnitune.runtime.inplace import Tuning, feed
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.optim import Update
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
@@ -64,6 +68,8 @@ class JobArgs:
     attempt: int = 0                   # which start of the job: 0, then 1 after the first restart
     owner_pid: int = 0                 # > 0: after each segment, wait for the next one from this
                                        # process, the command's (segments.py)
+    changes: tuple[Change, ...] = ()   # changes in place at given iterations (inplace.py)
+    tuner: TunerPolicy | None = None   # the coordinator's policy for changes in place (None: none)
 
 
 @dataclass
@@ -82,6 +88,9 @@ class Context:
     steps: int = 0                                   # local steps (or server updates) in this attempt
     staleness: Counter = field(default_factory=Counter)   # measured, per update (RunSummary.staleness)
     fault: tuple | None = None        # the testing fault hook (env.fault): (action, rank, iteration)
+    key: int = 0                      # this job's number in this process (every rank counts alike)
+    base: Knobs | None = None         # the values the job was launched with, before its checkpoint's
+    tuning: Tuning | None = None      # changes in place (new_tuning)
 
     def __post_init__(self):
         if self.job.attempt == 0:        # the hook breaks the first attempt only
@@ -111,6 +120,22 @@ class Context:
         spec = self.spec
         return checkpoint.make_optimizer(self.model, spec.lr, spec.momentum, self.start,
                                          self.workload.recipe.decayed(spec.weight_decay), spec.horizon)
+
+    def new_tuning(self, opt: Update, monitor: Monitor | None = None, on_batch=None) -> Tuning:
+        """This process's side of the changes in place. The coordinator gets the job's scheduled
+        changes still ahead of its checkpoint (one due at the checkpoint's iteration or before is
+        in the values it holds) and its policy, and logs each change beside its evaluations."""
+        knobs, lead = Knobs.of(self.spec), self.role.coordinator
+        ahead = tuple(c for c in self.job.changes if c.at >= self.start.iteration) if lead else ()
+        policy = None
+        if monitor is not None and self.job.tuner is not None:
+            target = monitor.target.score if math.isfinite(monitor.target.score) else None
+            policy = feed(monitor, self.job.tuner.start(knobs, target))
+        self.tuning = Tuning(self.store, self.key, opt, knobs, ahead, policy)
+        self.tuning.on_batch = on_batch
+        if monitor is not None:
+            self.tuning.on_change = lambda change, now, it: log_change(monitor, change, now, it)
+        return self.tuning
 
     def compute_grads(self, x: torch.Tensor, y: torch.Tensor) -> float | torch.Tensor:
         """Forward and backward on one minibatch; the gradients stay in the model. Returns the loss:
@@ -150,12 +175,20 @@ class Context:
         saved = model or self.model
         if job.checkpoint_every_s < float("inf"):
             path = self.run_dir / checkpoint.FILE
-            monitor.saver = lambda it, train_s: checkpoint.save(path, saved, opt, it, train_s)
+            monitor.saver = lambda it, train_s: checkpoint.save(path, saved, opt, it, train_s, self.knobs_record())
         if job.retuned:        # the best so far: first where this segment starts
             best = self.run_dir / checkpoint.BEST_FILE
-            monitor.best_saver = lambda it, train_s: checkpoint.save(best, saved, opt, it, train_s)
+            monitor.best_saver = lambda it, train_s: checkpoint.save(best, saved, opt, it, train_s,
+                                                                     self.knobs_record())
             monitor.keep_best(self.start.iteration, self.start.train_s)
         return monitor
+
+    def knobs_record(self) -> dict | None:
+        """What a checkpoint keeps of the changes in place: the values the job was launched with
+        and those in force (None: nothing changed)."""
+        if self.tuning is None or self.base is None or self.tuning.knobs == self.base:
+            return None
+        return {"base": self.base.to_dict(), "now": self.tuning.knobs.to_dict()}
 
     def finish(self, monitor: Monitor, opt, iterations: int, updates_per_group: list[int],
                stats: dict[str, float] | None = None) -> dict:
@@ -164,7 +197,8 @@ class Context:
         if monitor.evaluated_at != iterations:
             monitor.evaluate(self.model, iterations)
         wall = monitor.elapsed()
-        checkpoint.save(self.run_dir / checkpoint.FILE, self.model, opt, iterations, wall - monitor.eval_s)
+        checkpoint.save(self.run_dir / checkpoint.FILE, self.model, opt, iterations, wall - monitor.eval_s,
+                        self.knobs_record())
         if monitor.trajectory:
             save_tensor(self.run_dir / "trajectory.pt", torch.stack(monitor.trajectory))
         job, counts = self.job, histogram(self.staleness)
@@ -198,9 +232,20 @@ class Context:
             started_at_s=self.start.train_s,
             stalled_at_s=monitor.stalled_at_s,
             diverged_at_s=monitor.diverged_at_s,
+            changes=self.tuning.applied if self.tuning else 0,
+            knobs=self.tuning.knobs if self.knobs_record() else None,
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)
+
+
+def log_change(monitor: Monitor, change: Change, knobs: Knobs, iteration: int) -> None:
+    """A change in place as a row of metrics.jsonl ("event": "change"), with the values now in force."""
+    wall = monitor.elapsed()
+    append_jsonl(monitor.metrics_path, {"event": "change", "why": change.why.value, "iteration": iteration,
+                                        "wall_s": round(wall, 4), "train_s": round(wall - monitor.eval_s, 4),
+                                        "attempt": monitor.attempt, "time": round(time.time(), 3),
+                                        **knobs.to_dict()})
 
 
 def save_tensor(path: Path, tensor: torch.Tensor) -> None:

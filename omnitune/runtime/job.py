@@ -22,11 +22,17 @@ from typing import Callable
 import torch
 
 from omnitune.core import plan as plan_mod
+from omnitune.core.change import evaluations
 from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import eta
-from omnitune.runtime import checkpoint, launch as launch_mod, monitor, segments, workload as workload_mod
+from omnitune.efficiency.tuner import Policy as TunerPolicy
+import omnitune.runtime.checkpoint as checkpoint
+import omnitune.runtime.launch as launch_mod
+import omnitune.runtime.monitor as monitor
+import omnitune.runtime.segments as segments
+import omnitune.runtime.workload as workload_mod
 from omnitune.runtime.context import JobArgs
 from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
@@ -52,6 +58,7 @@ class RunOptions:
     node_rank: int | None = None              # which node of a plan on several nodes this is
     retune: bool = True                       # re-tune lr, momentum, batch, protocol in the run (`retuning`)
     stop_on_stall: bool = False               # instead of re-tuning, end a run that stalls (monitor.STALL_SHARE)
+    in_place: TunerPolicy | None = None       # the tuner that changes the running job in place (None: none)
 
     def __post_init__(self) -> None:
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
@@ -136,7 +143,7 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
                               planning_s=plan.planning.spent_s if plan.planning else None,
                               planning_probes=plan.planning.probes if plan.planning else 0,
                               checkpoint_every_s=options.checkpoint_every_s or float("inf"),
-                              max_restarts=options.max_restarts)
+                              max_restarts=options.max_restarts, tuner=options.in_place)
     if options.replan_every_s is not None and replan is None:
         raise ValueError("replan_every_s needs a replan function")
     if not options.retuning or replan is None or len(nodes(plan.spec)) > 1:
@@ -372,10 +379,10 @@ def pause_why(segment: list[dict], since_s: float = 0.0) -> str:
 
 
 def readings(run_dir: Path) -> list[dict]:
-    """The run's evaluations so far (metrics.jsonl)."""
+    """The run's evaluations so far (metrics.jsonl, less its changes in place)."""
     path = run_dir / "metrics.jsonl"
     text = path.read_text() if path.is_file() else ""
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return evaluations([json.loads(line) for line in text.splitlines() if line.strip()])
 
 
 def back_to_best(run_dir: Path, train_s: float) -> int | None:

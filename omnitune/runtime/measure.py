@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 from omnitune.core.cluster import Device
 from omnitune.core.errors import UserError
 from omnitune.core.profile import StepTiming
-from omnitune.runtime import workload as workload_mod
+import omnitune.runtime.workload as workload_mod
 from omnitune.runtime.context import emulate_slowdown
 from omnitune.runtime.optim import optimizer
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from omnitune.core import protocols
+from omnitune.core.change import Knobs
 from omnitune.core.protocols import matching
 from omnitune.runtime.context import Context
 from omnitune.runtime.flat import get_params, get_state, num_params, num_state, set_state
@@ -39,14 +40,15 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
     monitor = ctx.new_monitor(opt, shadow) if role.coordinator else None
     G = get_state(model, torch.empty(S))
     sent_from = G.clone()                                       # L when the change in flight was taken
-    msg = torch.zeros(S + 3)                                    # [change (S) | loss | count | stop]
+    msg = torch.zeros(S + 4)                                    # [change (S) | loss | count | stop | changes published]
     work, stop, iterations, sent_at = None, 0.0, ctx.start.iteration, 0
     final, final_at = G, iterations
     overlapped = syncs = 0
     n = len(role.group_ranks)
-    # The merged change is the replicas' mean weighted by their samples (equal batches: plain mean).
-    weight = n * protocols.sample_weights(shard_batches(spec))[role.shard]
-    for x, y in batches(ctx.train, role.batch_size, spec.seed + iterations, role.shard, len(spec.devices)):
+    data = Stream(ctx)
+    tuning = ctx.new_tuning(opt, monitor, data.take)
+    while True:
+        x, y = data.next()
         loss = ctx.compute_grads(x, y)
         opt.step()                                              # committed to the replica L
         iterations += 1
@@ -61,6 +63,7 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
             set_state(model, L)
             if msg[S + 2] > 0:
                 break
+            tuning.take(round(float(msg[S + 3])), iterations)   # every replica, after the same merge
             if monitor:
                 monitor.record_loss(float(msg[S]) / n)
                 if monitor.due(iterations):
@@ -68,8 +71,9 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
                 stop = float(monitor.check(shadow, iterations))
                 if stop:                                        # the run's model is the one judged,
                     final, final_at = G.clone(), iterations     # not the next merge past it
-        msg[:S] = (L - G) * weight
-        msg[S], msg[S + 1], msg[S + 2] = loss, 1.0, stop
+                tuning.decide(iterations)
+        msg[:S] = (L - G) * data.weight
+        msg[S], msg[S + 1], msg[S + 2], msg[S + 3] = loss, 1.0, stop, tuning.published
         sent_from, sent_at = L, iterations
         work = dist.all_reduce(msg, group=group, async_op=True)
     if monitor:
@@ -77,6 +81,25 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
         return ctx.finish(monitor, opt, final_at, [final_at],
                           stats={"overlapped_fraction": overlapped / max(syncs, 1)})
     return None
+
+
+class Stream:
+    """A peer's minibatches, and its weight in a mean over the workers (its share of the samples,
+    times their number: 1 with equal batches); both follow a change in place of the batch."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.take(Knobs.of(ctx.spec), ctx.start.iteration)
+
+    def take(self, knobs: Knobs, iteration: int) -> None:
+        spec, role = self.ctx.spec, self.ctx.role
+        self.sizes = [knobs.batch_size[d] for g in spec.groups for d in g]      # in shard order
+        self.size = self.sizes[role.shard]
+        self.weight = len(self.sizes) * protocols.sample_weights(self.sizes)[role.shard]
+        self.stream = batches(self.ctx.train, self.size, spec.seed + iteration, role.shard, len(spec.devices))
+
+    def next(self):
+        return next(self.stream)
 
 
 class StopBoard:
@@ -94,8 +117,24 @@ class StopBoard:
         return float(self.store.get(key)) if self.store.check([key]) else float("inf")
 
     def call_stop(self, margin: int = 3) -> None:
+        self.store.set(f"{self.prefix}stop", str(self.ahead(margin)))
+
+    def ahead(self, margin: int) -> int:
+        """A round no worker has reached: `margin` past the latest any has announced."""
         rounds = self.store.multi_get([f"{self.prefix}round/{i}" for i in range(self.n)])
-        self.store.set(f"{self.prefix}stop", str(max(int(r) for r in rounds) + margin))
+        return max(int(r) for r in rounds) + margin
+
+    def call_change(self, count: int, margin: int = 3) -> None:
+        """Changes in place up to `count` apply at a round no worker has reached."""
+        self.store.set(f"{self.prefix}change/{count}", str(self.ahead(margin)))
+        self.store.add(f"{self.prefix}changes", 1)
+
+    def changes_due(self, round_: int, seen: list[int]) -> int:
+        """How many changes apply by `round_`; `seen` holds the round of each one called so far."""
+        called = self.store.add(f"{self.prefix}changes", 0)
+        for k in range(len(seen) + 1, called + 1):
+            seen.append(int(self.store.get(f"{self.prefix}change/{k}")))
+        return sum(r <= round_ for r in seen)
 
 
 _GOSSIP_JOBS = itertools.count()
@@ -113,11 +152,13 @@ def train_gossip(ctx: Context, group) -> dict | None:
     # process group), so a per-process job count keeps each job's keys apart.
     board = StopBoard(ctx.store, me, n, f"gossip{next(_GOSSIP_JOBS)}")
     board.announce(0)                      # so the coordinator can call a stop before the first round
-    sizes = shard_batches(spec)            # a pair's mean is weighted by its two batches
     mine, theirs = torch.empty(S), torch.empty(S)
     iterations, round_, exchanges, stopping = ctx.start.iteration, 0, {}, False
     last_averaged = iterations
-    for x, y in batches(ctx.train, role.batch_size, spec.seed + iterations, role.shard, n):
+    data = Stream(ctx)
+    tuning, change_rounds, called = ctx.new_tuning(opt, monitor, data.take), [], 0
+    while True:
+        x, y = data.next()
         loss = ctx.compute_grads(x, y)
         opt.step()
         iterations += 1
@@ -125,11 +166,12 @@ def train_gossip(ctx: Context, group) -> dict | None:
             board.announce(round_)
             if round_ >= board.last_round():
                 break
+            tuning.take(board.changes_due(round_, change_rounds), iterations)
             partner = matching(round_, n, spec.seed)[me]
             round_ += 1
             if partner >= 0:
                 average_with(model, ranks[partner], mine, theirs,
-                             protocols.sample_weights([role.batch_size, sizes[partner]])[0])
+                             protocols.sample_weights([data.size, data.sizes[partner]])[0])
                 exchanges[partner] = exchanges.get(partner, 0) + 1
                 ctx.staleness[iterations - last_averaged] += 1      # local steps this state drifted alone
                 last_averaged = iterations
@@ -140,17 +182,15 @@ def train_gossip(ctx: Context, group) -> dict | None:
                 board.call_stop()
                 stopping = True                 # the run's model is the one judged, not the
                 final, final_at = get_state(model, torch.empty(S)), iterations    # rounds after it
+            if not stopping and iterations % every == 0:
+                for called in range(called + 1, tuning.decide(iterations) + 1):
+                    board.call_change(called)
     stats = disagreement(model, group)
     stats.update(rounds=round_, peers=len(exchanges), exchanges=sum(exchanges.values()))
     if monitor:
         set_state(model, final)
         return ctx.finish(monitor, opt, final_at, [final_at], stats=stats)
     return None
-
-
-def shard_batches(spec) -> list[int]:
-    """Each worker's batch, in the order of its shard (the ranks' order: group by group)."""
-    return [spec.batch_size[d] for g in spec.groups for d in g]
 
 
 def average_with(model: torch.nn.Module, peer: int, mine: torch.Tensor, theirs: torch.Tensor,

@@ -4,6 +4,7 @@ the variant's table gives this process's role."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -13,9 +14,14 @@ import torch
 import torch.distributed as dist
 
 from omnitune.core import env, protocols
+from omnitune.core.change import Knobs
 from omnitune.core.protocols import Variant
-from omnitune.runtime import workload as workload_mod
-from omnitune.runtime import checkpoint, peer, segments, server, worker
+import omnitune.runtime.checkpoint as checkpoint
+import omnitune.runtime.peer as peer
+import omnitune.runtime.segments as segments
+import omnitune.runtime.server as server
+import omnitune.runtime.worker as worker
+import omnitune.runtime.workload as workload_mod
 from omnitune.runtime.context import Context, JobArgs, backend, torch_device
 from omnitune.runtime.launch import join
 from omnitune.runtime.topology import group_ranks, nodes, roles
@@ -82,6 +88,7 @@ def agreed_attempt() -> int:
     return int(count)
 
 
+_JOBS = itertools.count()     # jobs this process ran: every rank counts alike (inplace.Tuning's keys)
 _GROUPS: dict[tuple, tuple] = {}      # key -> (the default group it was made in, kept so its id stays its own; group)
 
 
@@ -106,6 +113,7 @@ def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict
     in one set of processes.
     """
     spec = job.spec
+    key = next(_JOBS)
     # Every rank creates every group, in the same order (a torch.distributed requirement).
     pgs = [group(r, job.timeout_s) for r in group_ranks(spec)]
     everyone = roles(spec)
@@ -114,15 +122,26 @@ def run_role(job: JobArgs, wl: Workload, train, test, store: dist.Store) -> dict
     if rank >= len(everyone):
         dist.barrier()
         return None
-    role = everyone[rank]
-    device = torch_device(role.device)
+    device = torch_device(everyone[rank].device)
     torch.manual_seed(spec.seed)                # identical initial weights on every rank
     model = wl.build_model().to(device)
     start = checkpoint.load(state, model, job.resume_from or "the coordinator's checkpoint")
+    job = in_force(job, start)
+    role = roles(job.spec)[rank]
     torch.manual_seed(spec.seed + role.rank + start.iteration)
-    ctx = Context(job, role, device, wl, model, workload_mod.on_device(train, device), test, store, start)
+    ctx = Context(job, role, device, wl, model, workload_mod.on_device(train, device), test, store, start,
+                  key=key, base=Knobs.of(spec))
     dist.barrier()
     serve, train_loop = LOOPS[type(spec.variant)]
     if role.kind == "server":
         return serve(ctx)
     return train_loop(ctx, pgs[role.group])
+
+
+def in_force(job: JobArgs, start: checkpoint.Start) -> JobArgs:
+    """The job with the values its checkpoint's changes in place left in force, where it was
+    launched with the values that checkpoint's job was (a restart after a failure, or a resume);
+    a job launched with other values (a re-tuned segment) keeps its own."""
+    if start.knobs is None or Knobs.from_dict(start.knobs["base"]) != Knobs.of(job.spec):
+        return job
+    return dataclasses.replace(job, spec=Knobs.from_dict(start.knobs["now"]).on(job.spec))

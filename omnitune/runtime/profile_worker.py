@@ -34,7 +34,7 @@ from omnitune.core.profile import AllReduceTiming, Calibration, DeviceProfile, P
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency.balance import device_batches, speed_calibrations
 from omnitune.efficiency.perfmodel import pooled
-from omnitune.runtime import workload as workload_mod
+import omnitune.runtime.workload as workload_mod
 from omnitune.runtime.checkpoint import Start, make_optimizer
 from omnitune.runtime.context import JobArgs, torch_device
 from omnitune.runtime.flat import num_buffers, num_params

@@ -107,16 +107,20 @@ class Liveness:
 
 
 def serve(ctx: Context) -> dict:
-    """Apply gradients in arrival order until the monitor says stop, then tell every leader."""
+    """Apply gradients in arrival order until the monitor says stop, then tell every leader. The
+    server is the coordinator and owns the update: a change in place of the rate or momentum
+    applies to its next update; one of the batch goes to each group with its next reply, as the
+    group's new total."""
     model, spec = ctx.model, ctx.spec
     opt = ctx.make_optimizer()
     ps = ParameterServer(model, opt, spec.variant)
     leaders = [r[0] for r in group_ranks(spec)]
     received = dict.fromkeys(leaders, 0)
-    balancer = GroupBalancer({r: sum(spec.batch_size[d] for d in g) for r, g in zip(leaders, spec.groups)},
-                             REBALANCE_EVERY * len(leaders)) if spec.variant.balanced and len(leaders) > 1 else None
+    totals = GroupTotals({r: sum(spec.batch_size[d] for d in g) for r, g in zip(leaders, spec.groups)},
+                         spec.variant.balanced and len(leaders) > 1)
     msg, reply = torch.zeros(ps.P + ps.B + 3), torch.zeros(ps.P + ps.B + 3)
     monitor = ctx.new_monitor(opt)
+    tuning = ctx.new_tuning(opt, monitor, totals.take)
     stopping, done = False, set()
     live = Liveness(leaders, ctx.job.timeout_s)
     while len(done) < len(leaders):
@@ -131,19 +135,18 @@ def serve(ctx: Context) -> dict:
             continue
         ps.receive(msg, src)
         received[src] += 1
-        if balancer:
-            balancer.heard(src, round(float(msg[ps.P + ps.B + 1])), time.monotonic())
-            if sum(received.values()) % balancer.period == 0:
-                balancer.rebalance()
+        totals.heard(src, round(float(msg[ps.P + ps.B + 1])), sum(received.values()))
         monitor.record_loss(float(msg[ps.P + ps.B]))
         if not ps.ready(len(leaders) - len(done)):
             continue
         waiting = ps.update()
         ctx.tick()
-        stopping = monitor.check(model, ctx.start.iteration + ps.clock)
+        iteration = ctx.start.iteration + ps.clock
+        stopping = monitor.check(model, iteration)
+        tuning.take(tuning.decide(iteration), iteration)
         ps.reply(reply[:-1], stopping)
         for dst in waiting:
-            reply[-1] = balancer.totals[dst] if balancer else 0
+            reply[-1] = totals.of(dst)
             dist.send(reply, dst=dst)
         if stopping:
             done.update(waiting)
@@ -151,6 +154,35 @@ def serve(ctx: Context) -> dict:
     ctx.staleness.update(ps.staleness)
     gradients = max(sum(received.values()), 1)
     stats = {"gradients_per_update": ps.per_update, "mean_lr_scale": ps.scale_sum / gradients}
-    if balancer:
-        stats.update({f"batch_group{i}": float(balancer.totals[r]) for i, r in enumerate(leaders)})
+    if totals.balancer:
+        stats.update({f"batch_group{i}": float(totals.of(r)) for i, r in enumerate(leaders)})
     return ctx.finish(monitor, opt, ctx.start.iteration + ps.clock, [received[r] for r in leaders], stats=stats)
+
+
+class GroupTotals:
+    """Each group's total batch, as the server's replies carry it (0: unchanged): re-set by the
+    balancer (balanced groups, Ji et al.) and by changes in place of the batch."""
+
+    def __init__(self, totals: dict[int, int], balanced: bool):
+        self.balancer = GroupBalancer(totals, REBALANCE_EVERY * len(totals)) if balanced else None
+        self.totals, self.total = dict(totals), sum(totals.values())   # the total as the knobs say
+        self.changed = False             # a change in place re-set them: every reply says so
+
+    def heard(self, group: int, batch: int, gradients: int) -> None:
+        if self.balancer:
+            self.balancer.heard(group, batch, time.monotonic())
+            if gradients % self.balancer.period == 0:
+                self.totals = dict(self.balancer.rebalance())
+
+    def take(self, knobs, iteration: int) -> None:
+        """A change in place of the batch: every group's total scaled alike."""
+        total = sum(knobs.batch_size.values())
+        self.totals = {g: max(1, round(b * total / self.total)) for g, b in self.totals.items()}
+        self.total = total
+        self.changed = True
+        if self.balancer:
+            self.balancer.totals = dict(self.totals)
+
+    def of(self, group: int) -> int:
+        """What the reply to `group` says of its total (0: nothing new)."""
+        return self.totals[group] if self.balancer or self.changed else 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omnitune.core import plan as plan_mod
 from omnitune.core.cluster import is_loopback
-from omnitune.runtime import checkpoint
+import omnitune.runtime.checkpoint as checkpoint
 from omnitune.runtime.topology import nodes, roles
 
 

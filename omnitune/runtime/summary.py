@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from omnitune.core.change import Knobs
 from omnitune.core.files import atomic_write_json, load_versioned, to_dict
 
 SCHEMA_VERSION = 1
@@ -57,6 +58,9 @@ class RunSummary:
                                        # was timed, measured) to cost, probes and restart, at its end
     repaced: dict[str, float] | None = None   # the schedule re-fitted at the run's own pace (job.paced): iteration,
                                     # train_s, horizon before and after, sec_per_iter measured and predicted
+    changes: int = 0                 # changes in place the run took (metrics.jsonl has a row for each)
+    knobs: Knobs | None = None       # the values in force at the end, where changes in place left
+                                     # other values than the run's spec (None: none did)
 
     def __post_init__(self):
         if self.reached_target != (self.time_to_target_s is not None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from omnitune.core.change import Knobs
 from omnitune.efficiency.balance import equal_time_batches, step_time_line
 from omnitune.runtime.context import Context, buffer_device
 from omnitune.runtime.flat import get_buffers, get_grads, num_buffers, num_params, set_buffers, set_grads, set_params
@@ -31,6 +32,7 @@ class Batches:
         # Counted the same way on every rank: they must all-reduce together.
         self.epoch = max(10, len(ctx.train) // sum(spec.batch_size.values()))
         self.on = spec.variant.balanced and len(ctx.role.group_ranks) > 1
+        self.total = sum(spec.batch_size.values())       # every device's, as the knobs in force say
         self.first = iterations
         self.stream = self._stream(iterations)
 
@@ -44,6 +46,14 @@ class Batches:
         if size != self.size:
             self.size, self.stream = size, self._stream(iterations)
 
+    def take(self, knobs: Knobs, iterations: int) -> None:
+        """A change in place of the batches: this device's new one from the next step on (balanced
+        batches keep their shares of the new total)."""
+        total = sum(knobs.batch_size.values())
+        size = round(self.size * total / self.total) if self.on else knobs.batch_size[self.ctx.role.device.id]
+        self.total = total
+        self.resize(max(1, size), iterations)
+
     def next(self, iterations: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.on and iterations > self.first and (iterations - self.first) % self.epoch == 0:
             self.size, self.stats = rebalance(self.ctx, self.group, self.size)
@@ -52,30 +62,36 @@ class Batches:
 
 
 def train_sync(ctx: Context, group) -> dict | None:
-    """One replica of `sync`: compute, all-reduce gradients and statistics, step."""
+    """One replica of `sync`: compute, all-reduce gradients and statistics, step. The coordinator's
+    count of changes in place travels with the gradients, so every replica takes a change before
+    the same step."""
     role, spec, model = ctx.role, ctx.spec, ctx.model
     P, B = num_params(model), num_buffers(model)
-    # buf = [weighted gradient (P) | weighted BatchNorm statistics (B) | weighted loss | batch | stop flag]
-    buf = torch.zeros(P + B + 3, device=buffer_device(spec, role, ctx.device))
+    # buf = [weighted gradient (P) | weighted BatchNorm statistics (B) | weighted loss | batch | stop flag
+    #        | changes published]
+    buf = torch.zeros(P + B + 4, device=buffer_device(spec, role, ctx.device))
     opt = ctx.make_optimizer()
     monitor = ctx.new_monitor(opt) if role.coordinator else None
     alone = len(role.group_ranks) == 1
     stop, iterations = 0.0, ctx.start.iteration
     data = Batches(ctx, group, iterations)
+    tuning = ctx.new_tuning(opt, monitor, data.take)
     while True:
         x, y = data.next(iterations)
         loss = ctx.compute_grads(x, y)
         iterations += 1
+        published = tuning.published
         if not alone:
             b = float(len(y))
             get_grads(model, buf[:P]).mul_(b)
             get_buffers(model, buf[P:P + B]).mul_(b)
-            buf[P + B], buf[P + B + 1], buf[P + B + 2] = loss * b, b, stop
+            buf[P + B], buf[P + B + 1], buf[P + B + 2], buf[P + B + 3] = loss * b, b, stop, published
             dist.all_reduce(buf, group=group)
             buf[:P + B + 1].div_(buf[P + B + 1])
             set_grads(model, buf[:P])
             set_buffers(model, buf[P:P + B])
-            loss = float(buf[P + B])
+            loss, published = float(buf[P + B]), round(float(buf[P + B + 3]))
+        tuning.take(published, iterations - 1)
         opt.step()
         ctx.staleness[0] += 1                      # every replica steps on the gradient of its own weights
         if not alone and buf[P + B + 2] > 0:
@@ -85,6 +101,7 @@ def train_sync(ctx: Context, group) -> dict | None:
             stop = float(monitor.check(model, iterations))
             if alone and stop:
                 break
+            tuning.decide(iterations)
     if monitor:
         return ctx.finish(monitor, opt, iterations, [iterations], stats=data.stats)
     return None

@@ -7,11 +7,10 @@ attention kernels like); 4,854,882 parameters. The training set is every non-ove
 standard library; 126 MB as int64 x and y); a GPU reads that many characters in seconds, so
 runs of minutes go over it many times. The test set is 128 windows of the validation files.
 
-Target 1.00 nats per character (1.44 bits): on one NVIDIA H200 (2026-11-26, Python 3.12's
-standard library, one run of the runtime: sync on the GPU alone, batch 64, lr 1e-3, RECIPE with
-no horizon, so at a constant rate) a step took 20 ms, and the test loss read 1.49 at 17 s of
-training, 1.19 at 32 s, 1.008 at 57 s, 0.994 at 62 s, 0.951 at 87 s and 0.946 at 110 s, levelling
-off. The corpus is the running Python's standard library, so the figures move with its version.
+Target 1.00 nats per character (1.44 bits): on one GPU of the H200's class, the runtime's sync
+at batch 64, lr 1e-3 and a constant rate passes it within about a minute of training and levels
+off near 0.95 (docs/decisions.md, charlm_stdlib_gpu.TARGET_LOSS). The corpus is the running
+Python's standard library, so the figures move with its version.
 """
 
 import hashlib

@@ -1,0 +1,117 @@
+"""The in-run tuner: reads the run as it trains and decides its changes in place. Pure: it takes
+typed readings and returns a `Change` or None; the runtime feeds it and applies what it returns
+(runtime/inplace.py).
+
+Readings (the coordinator's, after each of its checks):
+    TrainLoss     the training loss's moving average (runtime/monitor.py: each minibatch weighs
+                  DIVERGE_EMA), once it moved
+    Evaluation    a test reading: the iteration and the score the target is judged by
+
+Rules, each reading the run itself rather than a side probe (short readings favour small rates,
+and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
+    stability     the average rising past `unstable` times its lowest since the last change is
+                  the edge of stability: the rate is cut by `cut`, and no later change of this
+                  tuner's raises it past `ceiling` times the rate that went over the edge.
+    cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
+                  its way to the target, the rate decays linearly to `cool_floor` of itself in
+                  COOL_STEPS steps, over `cool_share / (1 - cool_share)` of the iterations so far:
+                  a warmup-stable-decay schedule's last part (Hägele et al. 2024), which no
+                  constant rate has. A cool-down that ends short of the target goes back to the
+                  stable rate, and the next may start only at twice the iterations the last did.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from omnitune.core.change import Change, Knobs, Reason
+import omnitune.efficiency.statmodel as statmodel
+
+COOL_STEPS = 8      # a cool-down's linear decay, as this many changes in place
+
+
+@dataclass(frozen=True)
+class TrainLoss:
+    iteration: int
+    average: float          # the moving average of the training loss
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    iteration: int
+    score: float            # as the target judges it (core/target.py): higher is better
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The tuner's constants (docs/decisions.md, tuner.Policy)."""
+    unstable: float = 1.5       # the loss average over its lowest since the last change: the edge
+    cut: float = 0.5            # an unstable rate is multiplied by this
+    ceiling: float = 0.5        # of the rate that went unstable: the most a later change gives back
+    settle: int = 50            # iterations after a change before the loss is judged again
+    cool_down: bool = False     # decay the rate when the target is near
+    cool_share: float = 0.15    # of the run's predicted iterations, the cool-down's length
+    cool_floor: float = 0.1     # the rate's share at the cool-down's end
+
+    def __post_init__(self):
+        if not self.unstable > 1:
+            raise ValueError(f"unstable must be above 1, got {self.unstable}")
+        for name in ("cut", "ceiling", "cool_share", "cool_floor"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
+
+    def start(self, knobs: Knobs, target_score: float | None) -> Tuner:
+        return Tuner(self, knobs, target_score)
+
+
+class Tuner:
+    """One run's tuner: `observe(reading, knobs)` returns the change to make, if any."""
+
+    def __init__(self, policy: Policy, knobs: Knobs, target_score: float | None):
+        self.policy, self.target = policy, target_score
+        self.stable_lr = knobs.lr            # the rate outside a cool-down
+        self.ceiling = math.inf
+        self.lowest, self.quiet_until = math.inf, 0
+        self.curve: list[tuple[int, float]] = []
+        self.cooling: tuple[int, int] | None = None     # (first iteration, length) of a cool-down
+        self.cool_from = 0                   # no cool-down starts before this iteration
+
+    def observe(self, reading: TrainLoss | Evaluation, knobs: Knobs) -> Change | None:
+        if isinstance(reading, TrainLoss):
+            return self._stability(reading, knobs)
+        self.curve.append((reading.iteration, reading.score))
+        return self._cool_down(reading.iteration, knobs) if self.policy.cool_down else None
+
+    def _stability(self, loss: TrainLoss, knobs: Knobs) -> Change | None:
+        p = self.policy
+        if loss.iteration < self.quiet_until or not math.isfinite(loss.average):
+            return None         # a loss that is not finite is a divergence: the monitor's, answered by a pause
+        self.lowest = min(self.lowest, loss.average)
+        if loss.average <= p.unstable * self.lowest:
+            return None
+        self.ceiling = min(self.ceiling, p.ceiling * knobs.lr)
+        self.stable_lr = min(self.stable_lr * p.cut, self.ceiling)
+        return self._changed(loss.iteration, Change(lr=min(knobs.lr * p.cut, self.ceiling), why=Reason.UNSTABLE))
+
+    def _cool_down(self, iteration: int, knobs: Knobs) -> Change | None:
+        p = self.policy
+        if self.cooling is None:
+            if self.target is None or iteration < self.cool_from or len(self.curve) < 4:
+                return None
+            way = statmodel.pace_share(*zip(*self.curve), self.target)
+            if way is None or way < 1 - p.cool_share:
+                return None
+            self.cooling = (iteration, max(COOL_STEPS, round(iteration * p.cool_share / (1 - p.cool_share))))
+        first, length = self.cooling
+        step = min(COOL_STEPS, (iteration - first) * COOL_STEPS // length + 1)
+        if iteration - first >= length:          # over, short of the target: back to the stable rate
+            self.cooling, self.cool_from = None, 2 * first
+            return self._changed(iteration, Change(lr=self.stable_lr, why=Reason.COOL_DOWN))
+        lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / COOL_STEPS)
+        return Change(lr=lr, why=Reason.COOL_DOWN) if lr < knobs.lr * (1 - 1e-9) else None
+
+    def _changed(self, iteration: int, change: Change) -> Change:
+        """A change of the rate: the loss is judged against its lowest after it settles."""
+        self.lowest, self.quiet_until = math.inf, iteration + self.policy.settle
+        return change
