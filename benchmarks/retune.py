@@ -35,7 +35,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.common import RESULTS, print_rows, write_results
+from benchmarks.common import RESULTS, print_rows, recorded, write_results
 from benchmarks.plan_quality import WORKLOADS, describe_plan, planned_with
 from omnitune import api
 from omnitune.core import plan as plan_mod, profile as profile_mod
@@ -109,6 +109,7 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
                             if median_reached(by[arm]["runs"]) and median_reached(by[over]["runs"]) else None)
     for r in rows:
         r["held_out"] = WORKLOADS[name].held_out
+        r["recorded"] = recorded()        # the row's own: a run of --only keeps the rows of other sessions
     return rows
 
 

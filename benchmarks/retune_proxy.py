@@ -36,6 +36,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,7 @@ from omnitune.core.runspec import RunSpec
 from omnitune.planning import retune as retune_mod
 from omnitune.probing.emulator import emulator
 from omnitune.efficiency import goodput
+from omnitune.efficiency.tuner import largest_stable
 from omnitune.probing.pause import RETUNE_VALIDATION, gradient_noise, pause_reading
 from omnitune.probing.probe import probe_config
 from omnitune.runtime import workload as workload_mod
@@ -72,7 +74,11 @@ CASES = {"teacher-mlp": Case(256, 0.04, 0.985, (3000, 7500), 30000, 100),
          "lenet-digits-high": Case(32, 0.15, 0.97, (300,), 3000, 10),
          # A batch-128 plan's runs stalled at 53% and 73% of their way (about 30,000 iterations to
          # the target), and the pause took a third of the rate (CHANGELOG, 2026-11-28).
-         "teacher-mlp-b128-late": Case(128, 0.01, 0.985, (18000, 24000), 30000, 100, "teacher-mlp", True)}
+         "teacher-mlp-b128-late": Case(128, 0.01, 0.985, (18000, 24000), 30000, 100, "teacher-mlp", True),
+         # Held out from the chooser's margin (tuner.largest_stable): the GRU of
+         # benchmarks/workloads/gru_count.py at the rate and batch of plan_quality's oracle.
+         "gru-count": Case(64, 0.03, 0.9, (1000,), 5000, 100,
+                           str(Path(__file__).resolve().parent / "workloads" / "gru_count.py"))}
 QUICK = ("lenet-digits",)
 FULL = ("teacher-mlp", "lenet-digits-high")
 
@@ -85,7 +91,7 @@ GROWTH_UPDATES = 9
 
 
 def spec_of(name: str, case: Case, lr: float, batch: int | None = None) -> RunSpec:
-    return RunSpec(workload=name, data_dir=None, variant=Sync(), devices=(Device("cpu0", "cpu"),),
+    return RunSpec(workload=case.workload or name, data_dir=None, variant=Sync(), devices=(Device("cpu0", "cpu"),),
                    groups=(("cpu0",),), batch_size={"cpu0": batch or case.batch}, lr=lr, momentum=0.9,
                    target_accuracy=case.target)
 
@@ -171,12 +177,23 @@ def picks(rows: list[dict], target: dict[str, float]) -> list[dict]:
         for iters in PAUSE_ITERS:
             for field in ("raw", "cooled"):
                 row[f"{field}_{iters}"] = min(here, key=lambda r: r[f"{field}_{iters}"])["lr"]
+            row[f"stable_{iters}"] = largest_stable({r["lr"]: r[f"raw_{iters}"] for r in here})
+            row[f"stable_{iters}_within_10pct"] = within(here, row[f"stable_{iters}"], fastest)
             readings = {(r["lr"], 0.9): r[f"readings_{iters}"] for r in here}
             for stalled in (False, True):
                 rule = retune_mod.decide((here[0]["lr"], 0.9), readings, target[name], stalled)
                 row[f"rule_{iters}" + ("_stalled" if stalled else "")] = rule.setting[0]
         out.append(row)
     return out
+
+
+def within(here: list[dict], lr: float, fastest: dict | None, share: float = 0.10) -> bool | None:
+    """Whether the rate `lr` reaches the target from this checkpoint within `share` more
+    iterations than the fastest rate (None: no rate reached it)."""
+    if fastest is None:
+        return None
+    iters = next(r["iters_to_target"] for r in here if r["lr"] == lr)
+    return iters is not None and iters <= (1 + share) * fastest["iters_to_target"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         "picks_by": "the rule at the commit recorded (--repick)" if args.repick else "the rule of the run",
         "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.COOL_RATE, "cool_share": retune_mod.COOL_SHARE,
         "rows": [{k: ([vars(r) for r in v] if k.startswith("readings") else v) for k, v in row.items()} for row in rows],
-        "picks": chosen, "growth": grown})
+        "picks": chosen, "growth": grown, **({"recorded": saved["recorded"]} if saved.get("recorded") else {})})
 
 
 if __name__ == "__main__":

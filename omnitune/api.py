@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ from omnitune.core.errors import UserError
 from omnitune.core.plan import Plan
 from omnitune.core.profile import Profile
 from omnitune.efficiency import fleet as fleet_mod
-from omnitune.planning import study as study_mod
+from omnitune.planning import retune as retune_mod, study as study_mod
 from omnitune.planning.request import PlanRequest
 from omnitune.probing import pause, probe, timing
 from omnitune.profiling import cache as profile_cache, profiler
@@ -144,7 +145,12 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
     `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum,
     and where the profile prices them (`pause_step_s`) its batch and protocol, when that costs
     at most a tenth of its training so far, and at once when it diverges (planning/retune.py).
-    `notice` hears where the pauses cannot price batches (the plan's profile is not at hand)."""
+    `notice` hears where the pauses cannot price batches (the plan's profile is not at hand).
+    With `options.in_place`, the in-run tuner's goodput rule gets the batches the profile prices
+    (`goodput_speeds`)."""
+    if options.in_place is not None and not options.in_place.speeds:
+        plan = plan_mod.load(plan_path)
+        options = replace(options, in_place=replace(options.in_place, speeds=goodput_speeds(plan, plan_path)))
     if not options.retuning:
         return job.run(str(plan_path), str(out_dir), options)
     replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice)
@@ -247,6 +253,22 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     validation = pause.validation_size(wl, plan.spec.data_dir) if wl else pause.RETUNE_VALIDATION
     return (partial(pause.retune, iters=iters, step_s=step_s),
             pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl, validation))
+
+
+GOODPUT_SCALES = (0.5, 1.0, 2.0, 4.0)    # the batches, times the plan's, the in-run goodput rule weighs
+
+
+def goodput_speeds(plan: Plan, plan_path: str | Path) -> tuple[tuple[int, float], ...]:
+    """(total batch, samples a second) at GOODPUT_SCALES of the plan's batches, by the hardware
+    model of its profile; none where the profile is not at hand."""
+    step_s = pause_step_s(plan, plan_path)
+    out = []
+    for scale in GOODPUT_SCALES:
+        spec = retune_mod.scaled(plan.spec, scale)
+        x = retune_mod.throughput(spec, step_s)
+        if x is not None:
+            out.append((sum(spec.batch_size.values()), x))
+    return tuple(out)
 
 
 def profile_path(plan: Plan, plan_path: str | Path) -> Path | None:

@@ -125,3 +125,20 @@ def test_a_worker_killed_after_a_change_restarts_with_it_in_force_from_the_check
     assert s.knobs == Knobs(0.02, 0.9, {"cpu0": 32, "cpu1": 32})
     assert all(len(t) == 1 for t in took(run_dir, 0).values())
     assert all(not t for t in took(run_dir, 1).values())       # in force from the checkpoint, not taken again
+
+
+@pytest.mark.slow
+def test_the_replicas_gradients_give_the_noise_scale_and_the_batch_follows_goodput_in_place(tmp_path):
+    """Two replicas of sync: the coordinator reads the noise scale from their own gradients at
+    every step and, where a larger total batch is (by the speeds given) far more goodput, doubles
+    the batch in place with AdaScale's rate."""
+    from omnitune.efficiency.tuner import Policy
+
+    spec = make_spec("sync", [["cpu0", "cpu1"]], batch=16, lr=0.05, target=None)
+    run_dir = tmp_path / "run"
+    s = job.run_spec(spec, str(run_dir), max_time_s=60, max_iters=300, eval_every_iters=50,
+                     tuner=Policy(speeds=((32, 1.0), (64, 1000.0)), goodput_every=50))
+    rows = change_rows(run_dir)
+    assert rows and rows[0]["why"] == "noise scale" and rows[0]["batch_size"] == {"cpu0": 32, "cpu1": 32}
+    assert 0.05 < rows[0]["lr"] <= 0.1                 # AdaScale: between no gain and linear scaling
+    assert s.knobs.batch_size == {"cpu0": 32, "cpu1": 32} and s.restarts == 0

@@ -1,5 +1,6 @@
 import pytest
 
+from omnitune.runtime import monitor
 from omnitune.runtime.monitor import Monitor
 
 
@@ -11,9 +12,9 @@ def test_seconds_per_iteration_leave_out_the_warm_up_step(tmp_path):
     first_s = m.warm[1]
     assert m.warm[0] == 1 and first_s >= 0.05
     # Ten more steps of 10 ms each: 10 ms per iteration, not (first_s + 0.1) / 11.
-    assert m.sec_per_iter(11, first_s + 0.1, since=(0, 0.0)) == pytest.approx(0.01)
+    assert monitor.sec_per_iter(m, 11, first_s + 0.1, since=(0, 0.0)) == pytest.approx(0.01)
     # Nothing after the first check: counted from where this start of the job began.
-    assert m.sec_per_iter(1, first_s, since=(0, 0.0)) == pytest.approx(first_s)
+    assert monitor.sec_per_iter(m, 1, first_s, since=(0, 0.0)) == pytest.approx(first_s)
 
 
 def test_a_run_that_goes_on_past_its_judged_model_is_timed_to_the_stopping_check(tmp_path):
@@ -24,9 +25,9 @@ def test_a_run_that_goes_on_past_its_judged_model_is_timed_to_the_stopping_check
     stop_s = m.stop[1]
     assert m.stop[0] == 8
     # Gossip ends with the model judged at 8, but its workers ran on for 12 more steps (1 s).
-    assert m.sec_per_iter(8, stop_s + 1.0, since=(0, 0.0)) == pytest.approx(stop_s / 8)
+    assert monitor.sec_per_iter(m, 8, stop_s + 1.0, since=(0, 0.0)) == pytest.approx(stop_s / 8)
     # Sync stops one iteration later: counted to the end.
-    assert m.sec_per_iter(9, stop_s + 0.01, since=(0, 0.0)) == pytest.approx((stop_s + 0.01) / 9)
+    assert monitor.sec_per_iter(m, 9, stop_s + 0.01, since=(0, 0.0)) == pytest.approx((stop_s + 0.01) / 9)
 
 
 def test_a_job_with_min_iters_runs_past_its_limit_until_it_has_timed_them(tmp_path):

@@ -5,20 +5,9 @@ MAX_FUNCTION lines and a class at most MAX_CLASS, from its `def` or `class` line
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).parent.parent / "omnitune"
 MAX_FUNCTION = 60
 MAX_CLASS = 200
-
-# Being split into smaller parts right now, so allowed for the moment. Each comes off this list
-# once it fits (a test fails while an entry here is no longer too long): the list only shrinks.
-BEING_SPLIT = {
-    "probing/pause.py:retune",
-    "runtime/job.py:run_with_replans",
-    "runtime/monitor.py:Monitor",
-}
-
 
 def lengths(root: Path = PACKAGE) -> dict[str, tuple[int, int]]:
     """"PATH:QUALNAME" of every function and class under `root` -> (its lines, its limit)."""
@@ -45,15 +34,8 @@ LENGTHS = lengths()
 
 def test_no_function_or_class_is_too_long():
     too_long = {name: f"{n} lines (at most {limit})" for name, (n, limit) in LENGTHS.items()
-                if n > limit and name not in BEING_SPLIT}
+                if n > limit}
     assert not too_long, f"split these into well-named parts: {too_long}"
-
-
-@pytest.mark.parametrize("name", sorted(BEING_SPLIT))
-def test_what_is_being_split_is_still_too_long(name):
-    assert name in LENGTHS, f"omnitune/{name} is gone: take it off BEING_SPLIT"
-    n, limit = LENGTHS[name]
-    assert n > limit, f"omnitune/{name} is {n} lines now, within {limit}: take it off BEING_SPLIT"
 
 
 def test_the_count_sees_a_long_function_and_a_long_class(tmp_path):

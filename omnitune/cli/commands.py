@@ -290,6 +290,11 @@ def run(
                                                    "instead"),
     stop_on_stall: bool = typer.Option(False, help="instead of re-tuning, end the run once the latest fifth of "
                                        "its training reads no better than the fifth before"),
+    in_place: bool = typer.Option(False, "--in-place/--no-in-place", help="tune the running job in place, "
+                                  "reading the run itself: halve the rate when the training loss climbs past its "
+                                  "edge of stability, move the batch to the most goodput by the replicas' gradient "
+                                  "noise (sync), and cool the rate down as the target nears (with --no-retune: no "
+                                  "pause at all)"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
@@ -302,34 +307,39 @@ def run(
 ):
     """Run the plan as a real distributed job and report measured against predicted time."""
     from omnitune.runtime import launch
-    printing = print_commands or fmt != "shell"
-    if not printing:
-        launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
-    from omnitune.runtime import job, slurm
-    if printing:
-        try:
-            if fmt not in ("shell", "slurm"):
-                raise UserError(f"--format {fmt}: shell or slurm")
-            if not print_commands:
-                raise UserError(f"--format {fmt}: only with --print-commands")
-            if fmt == "slurm":
-                out.print(slurm.slurm_script(str(plan_path), _run_options(locals()), str(out_dir)), markup=False,
-                          highlight=False, soft_wrap=True)
-            else:
-                out.print("\n".join(slurm.node_commands(str(plan_path), _run_options(locals()))), soft_wrap=True)
-        except UserError as e:
-            _fail(e)
+    if print_commands or fmt != "shell":
+        _print_commands(plan_path, out_dir, print_commands, fmt, _run_options(locals()))
         return
+    launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
+    from omnitune.efficiency.tuner import Policy
+    from omnitune.runtime import job
     try:
         options = job.RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s,
                                  resume=resume, from_scratch=from_scratch, replan_every_s=replan_every_s,
                                  replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
                                  max_restarts=max_restarts, node_rank=node_rank, retune=retune,
-                                 stop_on_stall=stop_on_stall)
+                                 stop_on_stall=stop_on_stall, in_place=Policy(cool_down=True) if in_place else None)
         summary = _execute(plan_path, out_dir, options)
     except UserError as e:
         _fail(e)
     _render_summary(summary, plan_path, out_dir, node_rank)
+
+
+def _print_commands(plan_path: Path, out_dir: Path, print_commands: bool, fmt: str, options: list[str]) -> None:
+    """--print-commands: the command each node runs, as shell lines or a slurm script."""
+    from omnitune.runtime import slurm
+    try:
+        if fmt not in ("shell", "slurm"):
+            raise UserError(f"--format {fmt}: shell or slurm")
+        if not print_commands:
+            raise UserError(f"--format {fmt}: only with --print-commands")
+        if fmt == "slurm":
+            out.print(slurm.slurm_script(str(plan_path), options, str(out_dir)), markup=False, highlight=False,
+                      soft_wrap=True)
+        else:
+            out.print("\n".join(slurm.node_commands(str(plan_path), options)), soft_wrap=True)
+    except UserError as e:
+        _fail(e)
 
 
 def _execute(plan_path: Path, out_dir: Path, options):

@@ -26,6 +26,15 @@ class Reason(enum.Enum):
     REFUSED = "refused"          # a change the run could not take, undone
 
 
+class Why(str, enum.Enum):
+    """Why a re-tuned run paused (runtime/job.py), as its re-tuner reads it (probing/pause.py)."""
+    SCHEDULE = "schedule"        # its budget allowed a pause
+    STALL = "stall"              # its score stopped rising (monitor.STALL_SHARE)
+    OFF_PACE = "off pace"        # at its pace it would miss its target within its time limit
+    PLATEAU = "plateau"          # a stall, or off pace early, while its recent pace still gets there
+    DIVERGENCE = "divergence"    # its training loss diverged
+
+
 @dataclass(frozen=True)
 class Change:
     """New values for some of the knobs (None: unchanged). `batch_scale` multiplies every

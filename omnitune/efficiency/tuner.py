@@ -6,6 +6,8 @@ Readings (the coordinator's, after each of its checks):
     TrainLoss     the training loss's moving average (runtime/monitor.py: each minibatch weighs
                   DIVERGE_EMA), once it moved
     Evaluation    a test reading: the iteration and the score the target is judged by
+    Gradients     the squared norms of the workers' own gradients and of their average, at one
+                  step of a synchronous group of two or more (runtime/worker.py)
 
 Rules, each reading the run itself rather than a side probe (short readings favour small rates,
 and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
@@ -14,10 +16,16 @@ and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
                   tuner's raises it past `ceiling` times the rate that went over the edge.
     cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
                   its way to the target, the rate decays linearly to `cool_floor` of itself in
-                  COOL_STEPS steps, over `cool_share / (1 - cool_share)` of the iterations so far:
+                  `cool_steps` steps, over `cool_share / (1 - cool_share)` of the iterations so far:
                   a warmup-stable-decay schedule's last part (Hägele et al. 2024), which no
                   constant rate has. A cool-down that ends short of the target goes back to the
                   stable rate, and the next may start only at twice the iterations the last did.
+    goodput       the gradient noise scale phi from the workers' gradients (McCandlish et al.
+                  2018; efficiency/goodput.py), averaged over the steps: every `goodput_every`
+                  iterations the batch goes to the total of `speeds` (samples a second at each
+                  total, from the plan's hardware model) with the most goodput, where that gains
+                  `goodput_gain`, and the rate follows the batch by AdaScale's gain (Pollux,
+                  Qiao et al. 2021), never past the stability ceiling.
 """
 
 from __future__ import annotations
@@ -26,9 +34,20 @@ import math
 from dataclasses import dataclass
 
 from omnitune.core.change import Change, Knobs, Reason
+import omnitune.efficiency.goodput as goodput
 import omnitune.efficiency.statmodel as statmodel
 
-COOL_STEPS = 8      # a cool-down's linear decay, as this many changes in place
+def largest_stable(losses: dict[float, float], within: float = 0.10) -> float:
+    """Of candidate rates read from one checkpoint (rate -> its validation loss after the same
+    short reading), the largest whose loss is within `within` of the lowest: the edge of
+    stability read as in a range test (Smith 2017), not the lowest reading, which favours the
+    smallest rate that holds still over a short horizon (Wu et al. 2018). A reading that is
+    not finite is past the edge."""
+    finite = {lr: x for lr, x in losses.items() if math.isfinite(x)}
+    if not finite:
+        raise ValueError("largest_stable needs at least one finite reading")
+    best = min(finite.values())
+    return max(lr for lr, x in finite.items() if x <= best + within * abs(best))
 
 
 @dataclass(frozen=True)
@@ -44,8 +63,18 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class Gradients:
+    iteration: int
+    small: float            # the mean over workers of |g_i|^2, each of `b_small` samples
+    big: float              # |mean of g_i|^2, of `b_big` samples
+    b_small: float
+    b_big: float
+
+
+@dataclass(frozen=True)
 class Policy:
-    """The tuner's constants (docs/decisions.md, tuner.Policy)."""
+    """The tuner's constants (docs/decisions.md, tuner.Policy). `largest_stable`'s margin is its
+    own argument: it reads a pause's candidates, not the run."""
     unstable: float = 1.5       # the loss average over its lowest since the last change: the edge
     cut: float = 0.5            # an unstable rate is multiplied by this
     ceiling: float = 0.5        # of the rate that went unstable: the most a later change gives back
@@ -53,6 +82,12 @@ class Policy:
     cool_down: bool = False     # decay the rate when the target is near
     cool_share: float = 0.15    # of the run's predicted iterations, the cool-down's length
     cool_floor: float = 0.1     # the rate's share at the cool-down's end
+    speeds: tuple[tuple[int, float], ...] = ()   # (total batch, samples a second): the goodput rule's
+                                                 # choices (none: no batch changes)
+    goodput_every: int = 200    # iterations between the goodput rule's decisions
+    goodput_gain: float = 0.10  # a batch change must gain this much goodput (Pollux's hysteresis)
+    noise_ema: float = 0.02     # each step's noise readings weigh this much in their averages
+    cool_steps: int = 8         # a cool-down's linear decay, as this many changes in place
 
     def __post_init__(self):
         if not self.unstable > 1:
@@ -76,10 +111,14 @@ class Tuner:
         self.curve: list[tuple[int, float]] = []
         self.cooling: tuple[int, int] | None = None     # (first iteration, length) of a cool-down
         self.cool_from = 0                   # no cool-down starts before this iteration
+        self.trace = self.g2 = None          # averages of tr(Sigma) and |G|^2 (goodput.py's notation)
+        self.noise_readings, self.goodput_at = 0, 0
 
-    def observe(self, reading: TrainLoss | Evaluation, knobs: Knobs) -> Change | None:
+    def observe(self, reading: TrainLoss | Evaluation | Gradients, knobs: Knobs) -> Change | None:
         if isinstance(reading, TrainLoss):
             return self._stability(reading, knobs)
+        if isinstance(reading, Gradients):
+            return self._goodput(reading, knobs)
         self.curve.append((reading.iteration, reading.score))
         return self._cool_down(reading.iteration, knobs) if self.policy.cool_down else None
 
@@ -102,14 +141,44 @@ class Tuner:
             way = statmodel.pace_share(*zip(*self.curve), self.target)
             if way is None or way < 1 - p.cool_share:
                 return None
-            self.cooling = (iteration, max(COOL_STEPS, round(iteration * p.cool_share / (1 - p.cool_share))))
+            self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))))
         first, length = self.cooling
-        step = min(COOL_STEPS, (iteration - first) * COOL_STEPS // length + 1)
+        step = min(p.cool_steps, (iteration - first) * p.cool_steps // length + 1)
         if iteration - first >= length:          # over, short of the target: back to the stable rate
             self.cooling, self.cool_from = None, 2 * first
             return self._changed(iteration, Change(lr=self.stable_lr, why=Reason.COOL_DOWN))
-        lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / COOL_STEPS)
+        lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / p.cool_steps)
         return Change(lr=lr, why=Reason.COOL_DOWN) if lr < knobs.lr * (1 - 1e-9) else None
+
+    @property
+    def phi(self) -> float | None:
+        """The gradient noise scale from the averages (inf: the gradient is lost in the noise)."""
+        if self.trace is None:
+            return None
+        return max(self.trace, 0.0) / self.g2 if self.g2 > 0 else math.inf
+
+    def _goodput(self, g: Gradients, knobs: Knobs) -> Change | None:
+        # Unbiased estimates from two batch sizes (McCandlish et al. 2018, appendix A).
+        trace = (g.small - g.big) / (1 / g.b_small - 1 / g.b_big)
+        g2 = (g.b_big * g.big - g.b_small * g.small) / (g.b_big - g.b_small)
+        first = self.trace is None
+        p = self.policy
+        self.trace = trace if first else (1 - p.noise_ema) * self.trace + p.noise_ema * trace
+        self.g2 = g2 if first else (1 - p.noise_ema) * self.g2 + p.noise_ema * g2
+        self.noise_readings += 1
+        if not p.speeds or self.noise_readings < 1 / p.noise_ema or g.iteration < self.goodput_at:
+            return None
+        self.goodput_at = g.iteration + p.goodput_every
+        m0 = sum(knobs.batch_size.values())
+        speeds = dict(p.speeds)
+        if m0 not in speeds:
+            return None
+        best, gain = goodput.best_scale(self.phi, m0, {m / m0: x for m, x in speeds.items()})
+        if best == 1.0 or gain < 1 + p.goodput_gain:
+            return None
+        lr = min(knobs.lr * goodput.gain(self.phi, m0, best * m0), self.ceiling)
+        self.stable_lr = min(self.stable_lr * lr / knobs.lr, self.ceiling)
+        return self._changed(g.iteration, Change(lr=lr, batch_scale=best, why=Reason.NOISE_SCALE))
 
     def _changed(self, iteration: int, change: Change) -> Change:
         """A change of the rate: the loss is judged against its lowest after it settles."""

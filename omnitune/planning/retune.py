@@ -24,12 +24,12 @@ old rate over the candidate's: runtime/optim.py's momentum correction, which the
 when it switches too), then cools down: half as many updates again at a tenth of its rate
 (`cooldown`, COOL_RATE). It is read on a fixed validation subset twice (paired comparisons):
 after its updates (raw) and after its cool-down.
-Each reading alone misleads (benchmarks.retune_proxy, against each rate's iterations to the
-target from the same checkpoint). Raw, the lower rates look better: after 30 updates they sit
-closer to the minimum's noise floor, whatever progress the higher ones made (short-horizon bias:
-two of three teacher-mlp runs switched down and trained longer, CHANGELOG). Cooled, a rate too
-high to keep can look best: on lenet-digits, 3x a rate that reaches the target in 75 updates
-scores best cooled and never reaches it at a constant rate. So the run switches only when a
+Each reading alone misleads, against each rate's iterations to the target from the same
+checkpoint (docs/decisions.md, retune.COOL_RATE). Raw, the lower rates look better: after 30
+updates they sit closer to the minimum's noise floor, whatever progress the higher ones made
+(short-horizon bias), and a run that follows them trains longer. Cooled, a rate too high to keep
+can look best: on lenet-digits, 3x a rate that reaches the target in 75 updates scores best
+cooled and never reaches it at a constant rate. So the run switches only when a
 candidate beats the current setting on both readings by more than the noise, the spread of
 either one's readings over repeats on other batches (`decide`: hysteresis).
 
@@ -146,10 +146,10 @@ def below(settings: list[Setting], current: Setting) -> list[Setting]:
     """The `settings` a pause reads once `current` diverged (in the run, or from the checkpoint):
     none whose learning rate and momentum are both at least its own, as Omnivore's optimizer
     skips them after a divergence (Hadjis et al. 2016). The larger rates, twice the batch at twice
-    the rate and the goodput's batch at AdaScale's rate among them. At gru-count's six divergence
-    pauses recorded (2026-11-28/29) neither three times the rate (the worst cooled reading in all
-    six) nor twice the batch was ever the best reading, which a diverged setting's pause takes
-    (`decide`)."""
+    the rate and the goodput's batch at AdaScale's rate among them. After a divergence neither
+    three times the rate nor twice the batch reads best, and the best reading is what a diverged
+    setting's pause takes (`decide`), so reading them only lengthens the pause (docs/decisions.md,
+    retune.below)."""
     return [s for s in settings
             if not (s.lr >= current.lr * (1 - ROUNDING) and s.momentum >= current.momentum)]
 
@@ -157,10 +157,10 @@ def below(settings: list[Setting], current: Setting) -> list[Setting]:
 def further(setting: Setting, current: Setting, readings: dict[Setting, list[Reading]]) -> bool:
     """Whether a pause reads `setting` after `readings`: a rate ten times or a tenth of the
     current one (NEAR_STEP's keys) only where the step before it (three times, a third) read
-    lower than the current setting on both losses; any other setting, always. Of the 93 pauses
-    recorded in benchmarks/results that read both (2026-11-28), three times the rate never read
-    lower on both, nor did ten times, and each of the four switches to a tenth came where a third
-    read lower too: the far reading, one of a pause's 6-9, changed no decision."""
+    lower than the current setting on both losses; any other setting, always. Ten times the rate
+    reads better only where three times does, and a tenth only where a third does, so the far
+    reading, one of a pause's 6-9, decides nothing that the near one has not (docs/decisions.md,
+    retune.further)."""
     for far, near in NEAR_STEP.items():
         if Setting(*setting) == Setting(rate(current.lr, far), current.momentum):
             step = Setting(rate(current.lr, near), current.momentum)
@@ -238,7 +238,7 @@ def timed(step_s: StepTime, spec: RunSpec, seconds: dict[float, float]) -> StepT
     own) is the model's at the run's batch times the timed ratio, so that figures of other shapes
     stay on the model's footing; a scale the model does not price stays unpriced. A profile's
     curve, timed once apart from the run, can be a fifth off at a point: enough to hide the
-    goodput's gain (teacher-mlp, CHANGELOG)."""
+    goodput's gain (docs/decisions.md, pause.timed_scales)."""
     base, key = step_s(spec), lambda s: (tuple(sorted(s.batch_size.items())), s.variant, s.groups)
     by_shape = {key(scaled(spec, f)): s / seconds[1.0] for f, s in seconds.items()}
 
@@ -314,10 +314,9 @@ def lowest(stalled: bool, off_pace: bool = False) -> float:
     """The lowest rate per sample of batch a challenger may have, times the current one's: the
     current one's where the run is not `stalled`; STALL_STEP of it where it is, one step, as a
     stall that persists pauses again; any where it is `off_pace` (staying is what fails). A
-    stalled pause of teacher-mlp at 10.5 s (batch 64, lr 0.033: 119 s to its target pinned) read
-    a tenth of the rate lower on both losses beyond the noise, took it, and the run missed its
-    target in 240 s (2026-11-28); from one checkpoint of lr 0.1 at batch 256, a third of the rate
-    reached the target in 5-18% more iterations, a tenth not within 60 s more."""
+    stalled run's short readings can favour a tenth of the rate beyond the noise, and a run that
+    takes it misses a target it reaches at its own rate, where a third costs it a little more
+    time (docs/decisions.md, retune.STALL_STEP)."""
     return 0.0 if off_pace else STALL_STEP if stalled else 1.0
 
 
@@ -383,14 +382,11 @@ def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decisio
     third's spread over its repeats: a rate that sits in its own noise. The current rate's own
     spread is no shield (as in `vetoed`): readings that swing are what a rate too high to settle
     gives (teacher-mlp at batch 64, lr 0.1: 0.304 and 0.416 against a third's 0.250 and 0.274; its
-    run stayed, and missed its target). From teacher-mlp's checkpoints
-    (2026-11-29, 300 updates, two batch orders), a third of the rate read 19.7% lower at batch 64,
-    lr 0.1, levelled off at accuracy 0.90 for 45 s (that third then reached 0.95 in 18 s, the rate
-    itself not in 30), and 7.1% and 3.1% lower on runs still climbing to 0.985 (batch 256, lr 0.04
-    at 43 s; batch 128, lr 0.01 at 55 s), where a short reading's lower loss is short-horizon bias.
-    Earlier in runs that reach 0.985 at their rate it read as much lower as on the plateau: 6.5-12.5%
-    at batch 64, lr 0.033 (15-22 s) and 13.2-26.7% at batch 256, lr 0.1 (33 s, plan_quality), so
-    there it lowers healthy runs (CHANGELOG)."""
+    run stayed, and missed its target). On a plateau a third of the rate reads about a fifth
+    lower; on a run still climbing late on its way, a few percent lower, which is short-horizon
+    bias and stays under PLATEAU_GAIN. Early in runs that reach their target at their rate it
+    reads as much lower as on a plateau, so there the check lowers healthy runs
+    (docs/decisions.md, retune.PLATEAU_GAIN; job.LOWER_FROM)."""
     lower = step_down(current)
     raw = means(readings, "raw")
     if current not in raw or lower not in raw:
@@ -415,9 +411,8 @@ def vetoed(readings: dict[Setting, list[Reading]], current: Setting, growth: Set
     of it, or a raw or cooled validation loss above the current setting's by more than the noise:
     the current setting's spread over its repeats, at least NOISE_FLOOR of its loss. The larger
     batch's own spread is no shield: repeats that swing are a batch and rate that do not train
-    steadily from here. gru-count's pause at 175 s of 240 read four times the batch at lr 0.066
-    at 0.87 and 2.10 cooled against 0.94 and 0.88, took it within the wider of the two spreads,
-    and the run's accuracy fell from 0.70 to 0.16 at once; it missed its target (2026-11-28)."""
+    steadily from here, and a margin of the wider of the two spreads lets such a batch shield
+    itself and wreck the run (docs/decisions.md, retune.vetoed)."""
     if growth not in means(readings, "cooled") or growth not in means(readings, "raw"):
         return "diverged in its reading"
     for field in ("raw", "cooled"):

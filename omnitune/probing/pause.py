@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import time
+from dataclasses import dataclass
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from omnitune.core import env
+from omnitune.core.change import Why
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import goodput
 from omnitune.planning import retune as retune_mod
@@ -137,10 +139,10 @@ def reader_processes(readings: int, seconds: float) -> int:
     here would take `seconds`: one per thread of this process, at most one per reading, where
     that is READERS_FROM_S or more; else none (1: it reads them itself), since readers pay for
     their start (their imports, the datasets, the checkpoint: about a second) and for waves of
-    unequal readings. Timed from saved checkpoints on a 2-core machine, two one-thread readers
-    took gru-count's stalled pause 1.5x faster than one process on both threads, a plateau
-    check's long pair about 2x; shapes-resnet's pauses about as fast, and teacher-mlp's, shorter
-    than READERS_FROM_S, start none (CHANGELOG, 2026-11-30)."""
+    unequal readings. Readers gain where a model's step barely speeds up on a second thread
+    (a small recurrent model's pause reads about 1.5x faster with two one-thread readers); a
+    larger model's pause reads about as fast either way, and a short pause gains nothing
+    (docs/decisions.md, pause.READERS_FROM_S)."""
     return min(torch.get_num_threads(), readings) if seconds >= READERS_FROM_S else 1
 
 
@@ -234,14 +236,11 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     times or a third of it read better, counted here as not: retune.further) trains its
     updates, cools down and is evaluated twice, and two of them are read again, at the run's
     seconds per iteration for each device (the emulation steps every device's batch in this
-    process), and on one CPU device the larger batches' timing (`timed_scales`). A stall is
-    what pauses a run within its budget: taken
-    at a schedule pause's 7 readings, shapes-resnet's stall pauses (9 readings) came at 113 s
-    and cost 20-24 s, a fifth of the training (plan_quality, 2026-11-27). shapes-resnet at batch
-    16 and 31 ms a step (2026-11-28): 18.7 s; its readings took 15.4 s stalled, 13.0 s on the
-    schedule. teacher-mlp, 5 ms a step: about 1.4 s (its pauses' probes took 2.0-2.5 s), before the
-    goodput's reads were counted. The goodput's reads, its noise scale and its timing count only
-    where the pause weighs them (`grows`), and the evaluations are
+    process), and on one CPU device the larger batches' timing (`timed_scales`). It counts a
+    stalled pause's readings, not a schedule pause's fewer, since a stall is what pauses a run
+    within its budget: estimated at the schedule's readings, stalled pauses cost up to a fifth of
+    the training (docs/decisions.md, pause.pause_cost_s). The goodput's reads, its noise scale
+    and its timing count only where the pause weighs them (`grows`), and the evaluations are
     of `validation` samples (`validation_size`). The readings are counted one after another:
     readers (`Readers`) side by side are not, which leaves the estimate high where they start."""
     tried = retune_mod.spec_candidates(spec, step_s)
@@ -275,7 +274,7 @@ def validation_size(wl: Workload, data_dir: str | None) -> int:
         return RETUNE_VALIDATION
 
 
-def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
+def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
            step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
     settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
@@ -305,81 +304,105 @@ def retune(spec: RunSpec, checkpoint: Path, why: str, iters: int,
     env.keep_freed_memory()
     wl = workload_mod.load(spec.workload)
     datasets = wl.build_datasets(spec.data_dir, spec.seed)
-    train = datasets[0]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    current = retune_mod.Setting(spec.lr, spec.momentum)
-    stalled, diverged, off_pace = why in ("stall", "off pace", "divergence"), why == "divergence", why == "off pace"
+    diverged, off_pace = why == Why.DIVERGENCE, why == Why.OFF_PACE
+    stalled = why in (Why.STALL, Why.OFF_PACE, Why.DIVERGENCE)
     # A diverged setting's pause takes the best reading (retune.decide): the goodput's growth,
     # which needs the step times and the noise scale, is no candidate there.
-    seconds = timed_scales(wl, train, spec, state, step_s) if grows(wl, spec, step_s) and not diverged else None
+    seconds = timed_scales(wl, datasets[0], spec, state, step_s) if grows(wl, spec, step_s) and not diverged else None
     step_s = retune_mod.timed(step_s, spec, seconds) if seconds else step_s
-    every = retune_mod.spec_candidates(spec, step_s)
-    phi, growth = noise_and_growth(wl, train, spec, state, step_s) if not diverged else (None, None)
+    phi, growth = noise_and_growth(wl, datasets[0], spec, state, step_s) if not diverged else (None, None)
     bigger = [growth[0]] if growth else []             # the goodput's batch, which may be a candidate already
+    every = retune_mod.spec_candidates(spec, step_s)
     updates = {s: max(1, round(iters * retune_mod.pace(spec, s, step_s))) for s in every + bigger}
+    read = read_candidates(wl, datasets, spec, checkpoint, state, every, bigger, updates, stalled, diverged,
+                           off_pace)
+    try:
+        target = spec.target.score if spec.target else math.inf
+        decision = retune_mod.decide(retune_mod.Setting(spec.lr, spec.momentum), read.readings, target,
+                                     read.stalled, diverged, off_pace, growth[0] if growth else None)
+        # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
+        # keeps the run's noise where it levelled off, on a plateau pause and on one off pace (past
+        # half its way): docs/decisions.md, retune.PLATEAU_GAIN.
+        grew = growth is not None and decision.setting == growth[0]
+        checked = plateau_check(read.readers, spec, state, iters) \
+            if why in (Why.PLATEAU, Why.OFF_PACE) and (not decision.switched or grew) else None
+    finally:
+        read.readers.close()
+    if checked and checked[0].switched:
+        decision = checked[0]
+    new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
+    return new, pause_record(spec, new, decision, read, updates, phi, growth, seconds, checked, iters)
+
+
+@dataclass
+class Read:
+    """What a pause read: each setting's readings, the settings it left unread, the readers (kept
+    open for a plateau's check), and whether the run reads as stalled."""
+    readings: dict
+    skipped: list
+    readers: Readers
+    stalled: bool
+
+
+def read_candidates(wl, datasets, spec: RunSpec, checkpoint: Path, state: dict, every: list, bigger: list,
+                    updates: dict, stalled: bool, diverged: bool, off_pace: bool) -> Read:
+    """Read the current setting, then the rest: the near settings at once, the far rates whose
+    near step won (retune.further), and the current setting and the challenger again on other
+    batches (the noise). A current setting that diverges from here makes the run read as
+    stalled, and no larger rate is read (retune.below); off pace or diverged, the challenger needs
+    no margin."""
     held = first(datasets[1], RETUNE_VALIDATION)
-    # The current setting first: where it diverges from here, the pause reads as a stalled run's,
-    # and neither such a pause nor a diverged run's reads a larger rate (retune.below).
+    current = retune_mod.Setting(spec.lr, spec.momentum)
     began = time.perf_counter()
-    readings = {current: [pause_reading(wl, train, held, spec, state, current, spec.seed + 1, updates[current])]}
+    readings = {current: [pause_reading(wl, datasets[0], held, spec, state, current, spec.seed + 1, updates[current])]}
     one_s = time.perf_counter() - began
     diverges = diverged or not math.isfinite(readings[current][0].cooled)
     stalled = stalled or diverges
     rest = list(dict.fromkeys(retune_mod.readable(every, stalled)[1:] + bigger))
     if diverges:
         rest = retune_mod.below(rest, current)
-    # The rest, and two of them again, at about the current setting's time each.
     readers = Readers(wl, datasets, held, spec, checkpoint, RETUNE_VALIDATION,
                       reader_processes(len(rest), one_s * (len(rest) + 2)))
     try:
-        def read(settings: list[retune_mod.Setting], batches: int) -> list[retune_mod.Reading]:
+        def read(settings: list, batches: int) -> list:
             return readers.read(state, [(s, batches, updates[s], True) for s in settings])
-        # The near settings at once, then the far rates whose near step won (retune.further).
         for _ in range(2):
             wave = [s for s in rest if s not in readings and retune_mod.further(s, current, readings)]
             readings.update((s, [r]) for s, r in zip(wave, read(wave, spec.seed + 1)))
-        skipped = [s for s in rest if s not in readings]
         rival = retune_mod.challenger(current, readings, stalled, off_pace or diverged)
         again = list(dict.fromkeys([current, *([rival] if rival else []), *(b for b in bigger if b in readings)]))
-        again = again if len(again) > 1 else []
-        for setting, r in zip(again, read(again, spec.seed + 2)):      # again, on other batches: the noise
+        for setting, r in zip(again if len(again) > 1 else [], read(again if len(again) > 1 else [], spec.seed + 2)):
             readings[setting].append(r)
-        target = spec.target.score if spec.target else math.inf
-        decision = retune_mod.decide(current, readings, target, stalled, diverged, off_pace,
-                                     growth[0] if growth else None)
-        # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
-        # keeps the run's noise where it levelled off (AdaScale: teacher-mlp grew from batch 64 at lr
-        # 0.1 to 512 at 0.725, sitting near 0.92 all the while), on a plateau pause and on one off
-        # pace (past half its way): where only plateau pauses were checked, a run of batch 64, lr 0.1
-        # to 0.95 that grew to 256 at lr 0.37 at its first pause grew to 512 at 0.74 when off pace at
-        # 84 s, and missed its target (2026-11-29).
-        grew = growth is not None and decision.setting == growth[0]
-        checked = plateau_check(readers, spec, state, iters) if why in ("plateau", "off pace") and (
-            not decision.switched or grew) else None
-    finally:
+    except BaseException:
         readers.close()
-    if checked and checked[0].switched:
-        decision = checked[0]
-    new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
+        raise
+    return Read(readings, [s for s in rest if s not in readings], readers, stalled)
+
+
+def pause_record(spec: RunSpec, new: RunSpec, decision, read: Read, updates: dict, phi, growth, seconds,
+                 checked, iters: int) -> dict:
+    """A pause's line of replans.jsonl: the setting before and after, what was read and decided."""
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
-    return new, {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": stalled,
-                 "margin": decision.margin, "reason": decision.reason,
-                 "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
-                 "goodput_gain": growth[1] if growth else None,
-                 "timed_step_s": {str(f): t for f, t in seconds.items()} if seconds else None,
-                 "not_read": [{"lr": s.lr, "momentum": s.momentum} for s in skipped],
-                 "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
-                             "protocol": (s.variant or spec.variant).label, "updates": updates[s],
-                             "loss": float(np.mean([r.cooled for r in v])),
-                             "raw_loss": float(np.mean([r.raw for r in v])),
-                             "repeats": [r.cooled for r in v]}
-                            for s, v in readings.items()],
-                 "readers": readers.processes, **({"readers_failed": readers.broken} if readers.broken else {}),
-                 **({"plateau": {"updates": iters * retune_mod.PLATEAU_UPDATES,
-                                 "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
-                                 "reason": checked[0].reason}}
-                    if checked else {})}
+    readers = read.readers
+    return {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": read.stalled,
+            "margin": decision.margin, "reason": decision.reason,
+            "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
+            "goodput_gain": growth[1] if growth else None,
+            "timed_step_s": {str(f): t for f, t in seconds.items()} if seconds else None,
+            "not_read": [{"lr": s.lr, "momentum": s.momentum} for s in read.skipped],
+            "scores": [{"lr": s.lr, "momentum": s.momentum, "batch": s.batch,
+                        "protocol": (s.variant or spec.variant).label, "updates": updates[s],
+                        "loss": float(np.mean([r.cooled for r in v])),
+                        "raw_loss": float(np.mean([r.raw for r in v])),
+                        "repeats": [r.cooled for r in v]}
+                       for s, v in read.readings.items()],
+            "readers": readers.processes, **({"readers_failed": readers.broken} if readers.broken else {}),
+            **({"plateau": {"updates": iters * retune_mod.PLATEAU_UPDATES,
+                            "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
+                            "reason": checked[0].reason}}
+               if checked else {})}
 
 
 def plateau_check(readers: Readers, spec: RunSpec, state: dict, iters: int) \

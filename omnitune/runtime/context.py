@@ -26,6 +26,7 @@ import omnitune.runtime.checkpoint as checkpoint
 from omnitune.runtime.checkpoint import Start
 from omnitune.efficiency.tuner import Policy as TunerPolicy
 from omnitune.runtime.inplace import Tuning, feed
+import omnitune.runtime.monitor as monitor_mod
 from omnitune.runtime.monitor import Monitor
 from omnitune.runtime.optim import Update
 from omnitune.runtime.summary import SCHEMA_VERSION, RunSummary, save as save_summary
@@ -216,7 +217,8 @@ class Context:
             predicted_sec_per_iter=job.predicted_sec_per_iter,
             planning_s=job.planning_s,
             planning_probes=job.planning_probes,
-            measured_sec_per_iter=monitor.sec_per_iter(iterations, wall, (self.start.iteration, self.start.train_s)),
+            measured_sec_per_iter=monitor_mod.sec_per_iter(monitor, iterations, wall,
+                                                           (self.start.iteration, self.start.train_s)),
             wall_s=wall,
             eval_s=monitor.eval_s,
             plan=job.plan_path,

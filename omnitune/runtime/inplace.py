@@ -21,8 +21,9 @@ from typing import Callable
 from omnitune.core.change import Change, Knobs
 from omnitune.efficiency.tuner import Evaluation, TrainLoss, Tuner
 
-# decide(iteration) -> a change, or None: the tuner's policy, run by the coordinator after each check
-Policy = Callable[[int, Knobs], "Change | None"]
+# decide(iteration, knobs in force, readings the loop noted since) -> a change, or None: the tuner's
+# policy, run by the coordinator after each check
+Policy = Callable[[int, Knobs, list], "Change | None"]
 
 
 class Tuning:
@@ -38,6 +39,7 @@ class Tuning:
         self.published = self.applied = 0
         self.scheduled = sorted(scheduled, key=lambda c: c.at)
         self.policy = policy
+        self.noted: list = []            # readings the loop took for the policy (tuner.Gradients)
         self.on_batch: Callable[[Knobs, int], None] | None = None
         self.on_change: Callable[[Change, Knobs, int], None] | None = None
 
@@ -45,7 +47,8 @@ class Tuning:
         """The coordinator, after its check at `iteration`: publish the changes due; returns the count."""
         while self.scheduled and self.scheduled[0].at <= iteration:
             self.publish(self.scheduled.pop(0))
-        change = self.policy(iteration, self.knobs) if self.policy else None
+        change = self.policy(iteration, self.knobs, self.noted) if self.policy else None
+        self.noted = []
         if change is not None:
             self.publish(change)
         return self.published
@@ -74,6 +77,11 @@ class Tuning:
             self.on_change(change, after, iteration)
 
     @property
+    def listening(self) -> bool:
+        """Whether the coordinator's policy reads what the loop notes."""
+        return self.policy is not None
+
+    @property
     def pending(self) -> bool:
         """Whether the coordinator has published changes not yet applied."""
         return self.published > self.applied
@@ -81,12 +89,12 @@ class Tuning:
 
 def feed(monitor, tuner: Tuner) -> Policy:
     """The tuner as the coordinator's policy: after each check, the readings that are new since
-    the last (the loss average once it moved, the evaluation just made) go to the tuner, and the
-    first change it returns is published."""
+    the last (what the loop noted, the loss average once it moved, the evaluation just made) go
+    to the tuner, and the first change it returns is published."""
     seen = {"minibatches": 0, "evaluations": 0}
 
-    def decide(iteration: int, knobs: Knobs) -> Change | None:
-        readings = []
+    def decide(iteration: int, knobs: Knobs, noted: list) -> Change | None:
+        readings = list(noted)
         if monitor.minibatches > seen["minibatches"]:
             seen["minibatches"] = monitor.minibatches
             readings.append(TrainLoss(iteration, monitor.loss_average))

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from omnitune.core import plan as plan_mod
-from omnitune.core.change import evaluations
+from omnitune.core.change import Why, evaluations
 from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
@@ -38,9 +38,9 @@ from omnitune.runtime.process import main as process_main
 from omnitune.runtime.summary import RunSummary, load as load_summary, save as save_summary
 from omnitune.runtime.topology import nodes
 
-# (run spec, checkpoint, why the run paused: "schedule", "stall", "off pace", "plateau" or "divergence") -> (the re-tuned
-# run spec, a record of what was tried, for replans.jsonl)
-Replanner = Callable[[RunSpec, Path, str], tuple[RunSpec, dict]]
+# (run spec, checkpoint, why the run paused) -> (the re-tuned run spec, a record of what was
+# tried, for replans.jsonl)
+Replanner = Callable[[RunSpec, Path, Why], tuple[RunSpec, dict]]
 
 
 @dataclass(frozen=True)
@@ -214,19 +214,15 @@ RESUME_S = 0.15          # or, where the processes wait for the next segment (se
 # segment boundary with no probes (`paced`).
 PACE_CHECK_SHARE = 0.05
 # Before LOWER_FROM of its way to the target at its recent pace (eta.way), being off pace pauses
-# the run as the schedule does: no lower rate is read. Short-horizon bias is at its worst early:
-# teacher-mlp's plan of batch 64, lr 0.01 (116 s to its target in plan_quality's screening)
-# stalled at 6.7 s and its pause took a third of the rate; off pace at 26 s, a tenth of that; it
-# missed its target in 240 s (2026-11-28). A stall alone lowers no rate where the recent pace gets
-# to the target at all: the run is still on its way, and a pause's short readings favour lower
-# rates whatever they do over a run. teacher-mlp's plan of batch 128, lr 0.01 (82 s pinned)
-# stalled at 53% and 73% of its way in two of three re-tuned runs; each pause took a third of the
-# rate: one run had grown to batch 256 at lr 0.02, the oracle's rate per sample, and went on at
-# 0.0067 to 116 s (2026-11-28). Where the pace never gets there (eta.way None), a stall is a
-# stall. Such an early pause ("plateau") then checks for a plateau: a third of the rate, read for
-# ten times a pause's updates, must gain 12% (retune.plateau). Without that check, teacher-mlp at
-# batch 64, lr 0.1 sat at accuracy 0.90-0.93 under a target of 0.95 through its pauses, each
-# stall "on the way" (2026-11-29).
+# the run as the schedule does: no lower rate is read, since short-horizon bias is at its worst
+# early and a run that lowers its rate in its first seconds misses its target. A stall alone lowers
+# no rate where the recent pace gets to the target at all: the run is still on its way, and a
+# pause's short readings favour lower rates whatever they do over a run; a third of a healthy
+# run's rate, taken late on its way, costs it time (docs/decisions.md, job.LOWER_FROM). Where the
+# pace never gets there (eta.way None), a stall is a stall. Such an early pause ("plateau") then
+# checks for a plateau: a third of the rate, read for ten times a pause's updates, must gain 12%
+# (retune.plateau), so that a run levelled off under its target, whose every stall is "on the
+# way", still lowers its rate (docs/decisions.md, retune.PLATEAU_GAIN).
 LOWER_FROM = 0.5
 
 
@@ -248,81 +244,137 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart.
     A schedule is re-fitted at the run's pace first (`pace_check_at`, `paced`; `from_limit`: its
     horizon spans the time limit, the plan predicting no iterations)."""
-    run_dir, job = Path(job.run_dir), dataclasses.replace(job, retuned=True, diverge_stop=True)
+    job = dataclasses.replace(job, retuned=True, diverge_stop=True)
     launch = launch or run_job
-    train_s, replans, spent_s, owed_s = _trained_s(job.resume_from), 0, 0.0, 0.0
-    probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s      # estimates, until measured
-    wall_before, stalled_at_s, diverged_at_s = train_s, None, None      # the clock starts at the checkpoint's
-    started_at_s, first_stop_s, resumed, repaced = train_s, None, False, None
-    check_s = pace_check_at(job.spec, job.max_time_s, train_s)
+    led = Ledger.start(_trained_s(job.resume_from), first_pause_s, restart_s)
+    check_s = pace_check_at(job.spec, job.max_time_s, led.train_s)
     while True:
-        # What re-tuning has cost by the next pause: what was spent, the restart the last pause
-        # still owes (paid as this segment starts), and the next pause itself.
-        before_s, cost_s = spent_s + owed_s, probes_s + restart_s
-        stop_s = train_s + every_s if every_s is not None else next_stop(train_s, before_s, cost_s)
-        first_stop_s = stop_s if first_stop_s is None else first_stop_s
-        if every_s is None and not monitor.pause_pays(stop_s, cost_s, job.max_time_s):
-            stop_s = math.inf       # a pause there would leave less of the time limit than it costs
+        stop_s = led.next_stop(every_s, job.max_time_s)
         pacing = check_s is not None and check_s < stop_s
         stop_s, check_s = (check_s, None) if pacing else (stop_s, check_s)
-        # A stall pauses the run at once where a pause fits the budget. A run off pace (at the
-        # pace of its latest half of training it would miss its target within its time limit)
-        # pauses as well once that half lasted as long as the pause costs: waiting that long
-        # before paying for a pause costs at most twice what knowing how the run goes on would
-        # have (the ski-rental rule). The budget alone kept gru-count, whose pause costs 20 s,
-        # creeping from accuracy 0.1 to 0.3-0.5 of 0.9 until its 240 s limit. A short stall
-        # (monitor.STALL_SHARE) is no ground for it: teacher-mlp reads stalled at 1.5-3 s of
-        # runs that reach their target at 89 s, and a pause then lowered its rate a hundredfold,
-        # with which it missed its target (CHANGELOG).
-        stall_from_s = (before_s + cost_s) / RETUNE_SHARE
-        began, segment_from_s = time.perf_counter(), train_s
-        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s,
-                                             pace_wait_s=cost_s))
-        stalled_at_s = stalled_at_s if stalled_at_s is not None else summary.stalled_at_s
-        diverged_at_s = diverged_at_s if diverged_at_s is not None else summary.diverged_at_s
-        if resumed:          # this segment began with a restart after a pause
-            restart_s = max(0.0, time.perf_counter() - began - (summary.wall_s - wall_before))
-            spent_s, owed_s = spent_s + restart_s, 0.0
-        # The next segment's clock starts at this one's training time (its checkpoint's): the
-        # evaluations are not the restart's.
-        train_s = wall_before = summary.wall_s - summary.eval_s
+        summary = led.segment(launch, job, stop_s)
         if summary.reached_target or summary.wall_s >= job.max_time_s:
             break
-        began, resumed = time.perf_counter(), True
         if pacing and summary.wall_s >= stop_s:     # the segment ran to the check: no pause, a new schedule
-            spec = paced(job.spec, summary, job.max_time_s, from_limit)
-            repaced = {"iteration": summary.iterations, "train_s": train_s, "before": job.spec.horizon,
-                       "after": spec.horizon, "sec_per_iter": summary.measured_sec_per_iter,
-                       "predicted_sec_per_iter": job.predicted_sec_per_iter}
-            plan, job = replanned(plan, job, spec, run_dir / "plan-paced.json")
-            owed_s = restart_s
-            continue
-        lines = readings(run_dir)
-        why = pause_why([r for r in lines if r.get("train_s", 0.0) > segment_from_s], segment_from_s)
-        way = eta.way(lines, job.spec.target) if job.spec.target else None
-        early = why if way is not None and (why == "stall" or why == "off pace" and way < LOWER_FROM) else None
-        why = "plateau" if early else why
-        back_at = back_to_best(run_dir, train_s) if why == "divergence" else None
-        spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
-        probes_s = time.perf_counter() - began
-        replans, spent_s, owed_s = replans + 1, spent_s + probes_s, restart_s
-        record.update(iteration=summary.iterations, train_s=train_s, replan_s=probes_s, spent_s=spent_s, why=why,
-                      back_to_iteration=back_at, restart_s=restart_s, way=way, **({"early": early} if early else {}))
-        at = back_at if back_at is not None else summary.iterations      # where the next segment starts
-        spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
-        record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
-        append_jsonl(run_dir / "replans.jsonl", record)
-        # A divergence the pause found no better setting for was most likely noise: the run no
-        # longer stops for one (each stop would cost a pause, and change nothing).
-        plan, job = replanned(plan, dataclasses.replace(
-            job, diverge_stop=job.diverge_stop and not (why == "divergence" and not record["switched"])),
-            spec, run_dir / f"plan-replan-{replans}.json")
-    # A later segment resumes from the pause's checkpoint: the run itself started at the first's.
-    summary = dataclasses.replace(summary, replans=replans, replan_s=spent_s, stalled_at_s=stalled_at_s,
-                                  diverged_at_s=diverged_at_s, started_at_s=started_at_s,
-                                  first_pause_at_s=first_stop_s, repaced=repaced, pause_cost_s=cost_s)
-    save_summary(summary, run_dir / "summary.json")
-    return summary
+            plan, job = repace(plan, job, summary, from_limit, led)
+        else:
+            plan, job = pause(plan, job, summary, replan, led)
+    return led.finish(summary, Path(job.run_dir))
+
+
+@dataclass
+class Ledger:
+    """A re-tuned run's clock and what its pauses cost: `train_s`, its training time at the end of
+    the last segment; `probes_s` and `restart_s`, a pause's probes and the restart after it
+    (estimates until timed); `spent_s`, all re-tuning so far; `owed_s`, the restart the last
+    pause still owes (paid as the next segment starts)."""
+    train_s: float
+    probes_s: float
+    restart_s: float
+    spent_s: float = 0.0
+    owed_s: float = 0.0
+    replans: int = 0
+    resumed: bool = False            # the next segment starts after a pause or a re-fitted schedule
+    began: float = 0.0               # perf_counter at the last segment's end, or at its launch
+    segment_from_s: float = 0.0      # training time at the last segment's start
+    wall_before: float = 0.0
+    started_at_s: float = 0.0
+    stalled_at_s: float | None = None
+    diverged_at_s: float | None = None
+    first_stop_s: float | None = None
+    repaced: dict | None = None
+
+    @classmethod
+    def start(cls, train_s: float, first_pause_s: float | None, restart_s: float) -> Ledger:
+        probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s
+        return cls(train_s, probes_s, restart_s, wall_before=train_s, started_at_s=train_s)
+
+    @property
+    def cost_s(self) -> float:
+        """The next pause's cost: its probes and the restart after it."""
+        return self.probes_s + self.restart_s
+
+    def next_stop(self, every_s: float | None, max_time_s: float) -> float:
+        """When the next segment ends for a pause: every `every_s`, else at `next_stop` (what
+        re-tuning has cost by then: what was spent, the restart owed, and this pause), or never
+        where a pause there would leave less of the time limit than it costs."""
+        if every_s is not None:
+            stop_s = self.train_s + every_s
+        else:
+            stop_s = next_stop(self.train_s, self.spent_s + self.owed_s, self.cost_s)
+        self.first_stop_s = stop_s if self.first_stop_s is None else self.first_stop_s
+        if every_s is None and not monitor.pause_pays(stop_s, self.cost_s, max_time_s):
+            return math.inf
+        return stop_s
+
+    def segment(self, launch: Callable[[JobArgs], RunSummary], job: JobArgs, stop_s: float) -> RunSummary:
+        """Run a segment to `stop_s`, and account for it. A stall pauses it at once where a pause
+        fits the budget; being off pace, once its latest half lasted as long as a pause costs (the
+        ski-rental rule: docs/decisions.md, monitor.off_pace)."""
+        stall_from_s = (self.spent_s + self.owed_s + self.cost_s) / RETUNE_SHARE
+        self.began, self.segment_from_s = time.perf_counter(), self.train_s
+        summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s,
+                                             pace_wait_s=self.cost_s))
+        self.stalled_at_s = self.stalled_at_s if self.stalled_at_s is not None else summary.stalled_at_s
+        self.diverged_at_s = self.diverged_at_s if self.diverged_at_s is not None else summary.diverged_at_s
+        if self.resumed:          # this segment began with a restart after a pause
+            self.restart_s = max(0.0, time.perf_counter() - self.began - (summary.wall_s - self.wall_before))
+            self.spent_s, self.owed_s = self.spent_s + self.restart_s, 0.0
+        # The next segment's clock starts at this one's training time (its checkpoint's): the
+        # evaluations are not the restart's.
+        self.train_s = self.wall_before = summary.wall_s - summary.eval_s
+        self.began, self.resumed = time.perf_counter(), True
+        return summary
+
+    def finish(self, summary: RunSummary, run_dir: Path) -> RunSummary:
+        """The run's summary, with its pauses. A later segment resumes from the pause's
+        checkpoint: the run itself started at the first's."""
+        summary = dataclasses.replace(summary, replans=self.replans, replan_s=self.spent_s,
+                                      stalled_at_s=self.stalled_at_s, diverged_at_s=self.diverged_at_s,
+                                      started_at_s=self.started_at_s, first_pause_at_s=self.first_stop_s,
+                                      repaced=self.repaced, pause_cost_s=self.cost_s)
+        save_summary(summary, run_dir / "summary.json")
+        return summary
+
+
+def repace(plan: plan_mod.Plan, job: JobArgs, summary: RunSummary, from_limit: bool,
+           led: Ledger) -> tuple[plan_mod.Plan, JobArgs]:
+    """The schedule re-fitted at the run's own pace (`paced`): a segment boundary, no probes."""
+    spec = paced(job.spec, summary, job.max_time_s, from_limit)
+    led.repaced = {"iteration": summary.iterations, "train_s": led.train_s, "before": job.spec.horizon,
+                   "after": spec.horizon, "sec_per_iter": summary.measured_sec_per_iter,
+                   "predicted_sec_per_iter": job.predicted_sec_per_iter}
+    led.owed_s = led.restart_s
+    return replanned(plan, job, spec, Path(job.run_dir) / "plan-paced.json")
+
+
+def pause(plan: plan_mod.Plan, job: JobArgs, summary: RunSummary, replan: Replanner,
+          led: Ledger) -> tuple[plan_mod.Plan, JobArgs]:
+    """A pause: why the run paused, the re-tuner's decision from its checkpoint (a diverged run's
+    best one), the schedule re-fitted from where the next segment starts, a line of
+    replans.jsonl; returns the next segment's plan and job."""
+    run_dir = Path(job.run_dir)
+    lines = readings(run_dir)
+    why = pause_why([r for r in lines if r.get("train_s", 0.0) > led.segment_from_s], led.segment_from_s)
+    way = eta.way(lines, job.spec.target) if job.spec.target else None
+    early = why if way is not None and (why == Why.STALL or why == Why.OFF_PACE and way < LOWER_FROM) else None
+    why = Why.PLATEAU if early else why
+    back_at = back_to_best(run_dir, led.train_s) if why == Why.DIVERGENCE else None
+    spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
+    led.probes_s = time.perf_counter() - led.began
+    led.replans, led.spent_s, led.owed_s = led.replans + 1, led.spent_s + led.probes_s, led.restart_s
+    record.update(iteration=summary.iterations, train_s=led.train_s, replan_s=led.probes_s, spent_s=led.spent_s,
+                  why=why.value, back_to_iteration=back_at, restart_s=led.restart_s, way=way,
+                  **({"early": early.value} if early else {}))
+    at = back_at if back_at is not None else summary.iterations      # where the next segment starts
+    spec = refit_horizon(spec, run_dir, at, job.spec, iterations_left(summary, job.max_time_s))
+    record.update(horizon={"before": job.spec.horizon, "after": spec.horizon})
+    append_jsonl(run_dir / "replans.jsonl", record)
+    # A divergence the pause found no better setting for was most likely noise: the run no
+    # longer stops for one (each stop would cost a pause, and change nothing).
+    diverge_stop = job.diverge_stop and not (why == Why.DIVERGENCE and not record["switched"])
+    return replanned(plan, dataclasses.replace(job, diverge_stop=diverge_stop), spec,
+                     run_dir / f"plan-replan-{led.replans}.json")
 
 
 def replanned(plan: plan_mod.Plan, job: JobArgs, spec: RunSpec, path: Path) -> tuple[plan_mod.Plan, JobArgs]:
@@ -357,25 +409,21 @@ def paced(spec: RunSpec, summary: RunSummary, max_time_s: float, from_limit: boo
     return dataclasses.replace(spec, horizon=max(summary.iterations + 1, horizon))
 
 
-def pause_why(segment: list[dict], since_s: float = 0.0) -> str:
+def pause_why(segment: list[dict], since_s: float = 0.0) -> Why:
     """Why the run pauses, from the evaluations of the segment that ends (it began at training
-    time `since_s`): "divergence" where the latest diverged, "off pace" where any in the latest
-    half of the segment was (monitor.off_pace), "stall" where any there was stalled, else
-    "schedule". A run that swings (gru-count at lr 0.1: accuracy between 0.08 and 0.47 for 80 s,
-    stalled through most of it) reads unstalled at one evaluation and stalled at the next; judged
-    by its latest, it paused as on schedule, read no lower rate, and went on at the rate that made
-    it swing. Judged by the whole segment, a stall long over counted: teacher-mlp sits at accuracy
-    0.90 for its first seconds, read stalled up to 5-12 s, and climbed steadily from there; each
-    of five plan_quality runs paused at 33 s as stalled, and four of them had their rate lowered by
-    the plateau check (retune.plateau) in a pause of 15 s (2026-11-29)."""
+    time `since_s`): a divergence where the latest diverged, off pace where any in the latest half
+    of the segment was (monitor.off_pace), a stall where any there was stalled, else the schedule.
+    The whole latest half, not the latest reading: a run that swings reads unstalled at one
+    evaluation and stalled at the next; and not the whole segment: a stall long over would count
+    (docs/decisions.md, job.pause_why)."""
     latest = segment[-1] if segment else {}
     if latest.get("diverged"):
-        return "divergence"
+        return Why.DIVERGENCE
     half = (since_s + latest.get("train_s", since_s)) / 2
     recent = [r for r in segment if r.get("train_s", 0.0) >= half]
     if any(r.get("off_pace") for r in recent):
-        return "off pace"
-    return "stall" if any(r.get("stalled") for r in recent) else "schedule"
+        return Why.OFF_PACE
+    return Why.STALL if any(r.get("stalled") for r in recent) else Why.SCHEDULE
 
 
 def readings(run_dir: Path) -> list[dict]:

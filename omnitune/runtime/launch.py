@@ -143,9 +143,9 @@ def launch_config_kwargs(nprocs: int, log_dir: Path, rendezvous: str = f"{LOOPBA
 RDZV_BACKEND = "omnitune-c10d"
 
 # Processes start from a fork server that has imported torch and the workers' modules once, not by
-# spawning a fresh interpreter that imports them again for every process of every launch: on this
-# 2-core machine a 2-process run's launch took 5.3-5.8 s spawned and 1.9-2.3 s forked from the
-# server (CHANGELOG, issue 37), and a re-tuning pause relaunches. The server is a fresh process
+# spawning a fresh interpreter that imports them again for every process of every launch: on 2
+# cores a forked launch takes well under half a spawned one's seconds, and a re-tuning pause
+# relaunches (docs/decisions.md, launch.START_METHOD). The server is a fresh process
 # (no CUDA, no threads), which CUDA allows where it forbids a plain fork.
 START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 PRELOAD = ["torch", "torch.distributed", "omnitune.runtime.process", "omnitune.runtime.profile_worker",

@@ -48,10 +48,10 @@ class Settings:
     # against 8.5% (90th percentile 53% against 18%) (benchmarks.calibration --compare budget).
     calibration_budget_s: float = 8.0
     # A calibration job stops once it has timed this many updates past its warm-up, if its seconds
-    # are not up first; 0: it runs its seconds. Over 44 configurations of four workloads, 3
-    # profiles each, 40 updates erred by a median 7.2% against 8.9% for whole seconds (nearer in 26
-    # of 44), and saved about 1 s of lenet-digits' 10.9-s profile; the slower models' jobs end on
-    # their seconds either way (benchmarks.calibration --compare updates, 2026-11-30).
+    # are not up first; 0: it runs its seconds. Stopping at 40 updates predicts the planner's step
+    # times slightly better than whole seconds and shortens a fast model's profile by about a
+    # second; the slower models' jobs end on their seconds either way (docs/decisions.md,
+    # measure.Settings).
     calibration_updates: int = 40
     # No protocol starts its calibration jobs once they have run this long (profile_worker.calibrate):
     # each job costs more than it trains (its model, optimizer, barriers and final evaluation), and
@@ -60,11 +60,9 @@ class Settings:
     # protocols and its groups formed by speed, which the planner models and times by a real job
     # before they may win. None with `quick` (tests), whose few short jobs then all run.
     calibration_deadline_s: float = 10.0
-    # The planner's batches run to 256. A middle batch (64) bought no accuracy over all: over 44
-    # configurations of four workloads at batches no job ran, 3 profiles each, the predictions erred
-    # by a median 10.6% with it and without (9.8% and 9.8% in a run before), neither reading faster;
-    # per workload, 2-4 points either way. Without it lenet-digits' profile took 10.6 s, not 11.2
-    # (8.7 s, not 10.3, the run before) (benchmarks.calibration; CHANGELOG, 2026-11-29).
+    # The planner's batches run to 256. A middle batch (64) buys no accuracy over all: at batches no
+    # job ran, the predictions err by the same median with it and without, neither reading faster,
+    # and without it a fast model's profile is shorter (docs/decisions.md, measure.Settings).
     calibrate_batches: tuple[int, ...] = (16, 256)
     # A slow model's smaller calibration batch may halve, down to this, while its job would run past
     # its seconds for the updates it must time (profile_worker.sized_specs). Off: on charlm-stdlib,

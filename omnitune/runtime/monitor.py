@@ -30,10 +30,8 @@ STALL_EVALS = 5
 # training to the latest half, it would reach its target only past its time limit, or never (no
 # rise). Linear, so optimistic for a curve that levels off. It pauses the run although the pause
 # does not fit its budget, once that latest half lasted as long as the pause costs
-# (job.run_with_replans). On pinned runs at a 240 s limit (CHANGELOG, 2026-11-27) it held at
-# 26-64 of 30-68 evaluations of five gru-count runs (accuracy creeping from 0.1 to 0.3-0.5 of
-# 0.9), from 18-44 s of training, and at one of ~460 evaluations of two teacher-mlp runs and at
-# none of two shapes-resnet runs, which reached their targets at 89-110 s. Each half's median
+# (job.run_with_replans). It holds through most of a run that creeps far short of its target,
+# and rarely or never in runs that reach theirs (docs/decisions.md, monitor.off_pace). Each half's median
 # needs PACE_READINGS readings, so that no single one moves it: a segment after a pause begins
 # with its first half all but empty (gru-count paused at 62 s and, judged at 125 s on the one
 # reading before 62.5 s, again, and lowered a rate that was climbing a tenfold).
@@ -228,18 +226,6 @@ class Monitor:
         self.best_saver(iteration, train_s)
         self.next_best_save = self.elapsed() + max(BEST_EVERY_S, 20 * (self.elapsed() - began))
 
-    def sec_per_iter(self, iterations: int, wall: float, since: tuple[int, float]) -> float:
-        """Training seconds per iteration past the first check, which ends the warm-up step (a
-        process's first step builds its kernels and takes longer than the next, and a short
-        calibration job times only a few steps), from `since` (iteration, training seconds: where
-        this start of the job began) if nothing followed it; up to `wall`, or up to the stopping
-        check when the run's model is the one it judged (gossip's workers go on for three rounds
-        past it, so that all agree on a last one; counted, those rounds would weigh on the judged
-        iterations, most of all in a short calibration job)."""
-        first = self.warm if self.warm and iterations > self.warm[0] else since
-        end = self.stop[1] if self.stop and self.stop[0] == iterations else wall - self.eval_s
-        return (end - first[1]) / max(iterations - first[0], 1)
-
     def evaluate(self, model: torch.nn.Module, iteration: int, extra: dict | None = None) -> None:
         settle(model)
         wall = self.elapsed()
@@ -265,11 +251,24 @@ class Monitor:
         self.eval_s += self.elapsed() - wall
 
 
+def sec_per_iter(monitor: Monitor, iterations: int, wall: float, since: tuple[int, float]) -> float:
+    """Training seconds per iteration past the monitor's first check, which ends the warm-up step
+    (a process's first step builds its kernels and takes longer than the next, and a short
+    calibration job times only a few steps), from `since` (iteration, training seconds: where
+    this start of the job began) if nothing followed it; up to `wall`, or up to the stopping
+    check when the run's model is the one it judged (gossip's workers go on for three rounds
+    past it, so that all agree on a last one; counted, those rounds would weigh on the judged
+    iterations, most of all in a short calibration job)."""
+    first = monitor.warm if monitor.warm and iterations > monitor.warm[0] else since
+    end = monitor.stop[1] if monitor.stop and monitor.stop[0] == iterations else wall - monitor.eval_s
+    return (end - first[1]) / max(iterations - first[0], 1)
+
+
 def pause_pays(train_s: float, cost_s: float, limit_s: float) -> bool:
     """Whether a pause of `cost_s` at `train_s` leaves at least as much of the time limit after
-    it as it costs (an infinite cost: no pause is weighed, as for --stop-on-stall). gru-count's
-    off-pace run paused at 209 s of a 240-s limit for a pause estimated, and taken, at about
-    100 s, and ended at the limit within it (2026-11-29)."""
+    it as it costs (an infinite cost: no pause is weighed, as for --stop-on-stall): a slow
+    model's pause can cost a large part of the limit, and one taken too late ends the run inside
+    it, with nothing trained on what it chose (docs/decisions.md, monitor.pause_pays)."""
     return not math.isfinite(cost_s) or train_s + 2 * cost_s <= limit_s
 
 

@@ -172,9 +172,9 @@ def resident(body: Callable[[Callable[[JobArgs], RunSummary]], RunSummary],
 # and where its pools hold more threads than the machine has cores, an idle helper spins about a
 # hundred times instead of 300,000 before it sleeps (GOMP_SPINCOUNT's throttled count), so each
 # of the next thread's small kernels waits for its helpers to wake. A process that has trained in
-# its main thread (a profile and a plan in one Python process) ran the pauses' probes in the
-# re-tuning thread 1.6-3.4x slower on 2 cores (CHANGELOG, issue 37). OMP_PAUSE_HARD frees the
-# calling thread's pool; its next parallel region builds a new one.
+# its main thread (a profile and a plan in one Python process) runs the pauses' probes in the
+# re-tuning thread 1.6-3.4x slower on 2 cores (docs/decisions.md, segments.release_openmp_threads).
+# OMP_PAUSE_HARD frees the calling thread's pool; its next parallel region builds a new one.
 OMP_PAUSE_HARD = 2
 
 

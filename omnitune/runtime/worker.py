@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from omnitune.core.change import Knobs
+from omnitune.efficiency.tuner import Gradients
 from omnitune.efficiency.balance import equal_time_batches, step_time_line
 from omnitune.runtime.context import Context, buffer_device
 from omnitune.runtime.flat import get_buffers, get_grads, num_buffers, num_params, set_buffers, set_grads, set_params
@@ -68,8 +69,8 @@ def train_sync(ctx: Context, group) -> dict | None:
     role, spec, model = ctx.role, ctx.spec, ctx.model
     P, B = num_params(model), num_buffers(model)
     # buf = [weighted gradient (P) | weighted BatchNorm statistics (B) | weighted loss | batch | stop flag
-    #        | changes published]
-    buf = torch.zeros(P + B + 4, device=buffer_device(spec, role, ctx.device))
+    #        | changes published | the replicas' squared gradient norms]
+    buf = torch.zeros(P + B + 5, device=buffer_device(spec, role, ctx.device))
     opt = ctx.make_optimizer()
     monitor = ctx.new_monitor(opt) if role.coordinator else None
     alone = len(role.group_ranks) == 1
@@ -83,7 +84,9 @@ def train_sync(ctx: Context, group) -> dict | None:
         published = tuning.published
         if not alone:
             b = float(len(y))
-            get_grads(model, buf[:P]).mul_(b)
+            get_grads(model, buf[:P])
+            buf[P + B + 4] = buf[:P].dot(buf[:P])           # |g_i|^2: the gradient noise scale's small batch
+            buf[:P].mul_(b)
             get_buffers(model, buf[P:P + B]).mul_(b)
             buf[P + B], buf[P + B + 1], buf[P + B + 2], buf[P + B + 3] = loss * b, b, stop, published
             dist.all_reduce(buf, group=group)
@@ -91,6 +94,10 @@ def train_sync(ctx: Context, group) -> dict | None:
             set_grads(model, buf[:P])
             set_buffers(model, buf[P:P + B])
             loss, published = float(buf[P + B]), round(float(buf[P + B + 3]))
+            if tuning.listening:
+                k, total = len(role.group_ranks), float(buf[P + B + 1])
+                tuning.noted.append(Gradients(iterations, float(buf[P + B + 4]) / k, float(buf[:P].dot(buf[:P])),
+                                              total / k, total))
         tuning.take(published, iterations - 1)
         opt.step()
         ctx.staleness[0] += 1                      # every replica steps on the gradient of its own weights
