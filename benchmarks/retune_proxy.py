@@ -23,7 +23,10 @@ lenet-digits-high, lenet-digits at lr 0.15 (a rate that levels off below 0.97 at
 a plateau the pause should leave), checkpoint at 300; with --only, teacher-mlp-b128-late, batch
 128 at lr 0.01 from 18,000 and 24,000 iterations (where a plan's runs stalled late), with the
 goodput's arm too: 4x the batch at AdaScale's rate for the noise scale measured there
-(`growth_row`, the JSON's `growth`). --quick: lenet-digits at lr 0.05, batch 32, to 0.97, one
+(`growth_row`, the JSON's `growth`); gru-count (held out: benchmarks/workloads/gru_count.py), batch
+64 at lr 0.03 from 1,000 iterations. Each checkpoint's picks include `tuner.largest_stable`'s
+(`stable_N`) and whether its rate reaches the target within 10% of the fastest's iterations.
+--quick: lenet-digits at lr 0.05, batch 32, to 0.97, one
 checkpoint. Writes benchmarks/results/retune_proxy.json (retune_proxy-quick.json with --quick,
 retune_proxy-NAME.json with --only NAME).
 """
