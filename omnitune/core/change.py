@@ -23,7 +23,6 @@ class Reason(enum.Enum):
     UNSTABLE = "unstable"        # the training loss rose past the policy's margin: the rate comes down
     NOISE_SCALE = "noise scale"  # the batch follows the gradient noise scale (goodput), the rate the batch
     COOL_DOWN = "cool-down"      # the target is near: the rate decays to it (warmup-stable-decay)
-    REFUSED = "refused"          # a change the run could not take, undone
 
 
 class Why(str, enum.Enum):

@@ -81,11 +81,6 @@ class Tuning:
         """Whether the coordinator's policy reads what the loop notes."""
         return self.policy is not None
 
-    @property
-    def pending(self) -> bool:
-        """Whether the coordinator has published changes not yet applied."""
-        return self.published > self.applied
-
 
 def feed(monitor, tuner: Tuner) -> Policy:
     """The tuner as the coordinator's policy: after each check, the readings that are new since
