@@ -15,7 +15,9 @@ the rates and batches the pauses chose.
 Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
 to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
 check of the glue). --only names any of benchmarks.plan_quality's workloads (gru-count, held out,
-too); --arms runs some of the arms. Writes benchmarks/results/retune.json (retune-quick.json with --quick).
+too); --arms runs some of the arms; --keep DIR keeps each run's directory there (its metrics.jsonl
+and summary.json: runs that `benchmarks.eta` replays). Writes benchmarks/results/retune.json
+(retune-quick.json with --quick).
 
     python -m benchmarks.retune --only teacher-mlp --plan PLAN.json [--arms ...]
 
@@ -151,6 +153,7 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} to run (comma-separated)")
     parser.add_argument("--plan", type=Path, help="with one --only: run the arms on this plan (its start checkpoint "
                         "and profile beside it) instead of profiling and planning; writes retune-plan-bBATCH-lrLR.json")
+    parser.add_argument("--keep", type=Path, help="keep the run directories here (for benchmarks.eta)")
     args = parser.parse_args()
     arms = tuple(a.strip() for a in args.arms.split(","))
     if not arms or any(a not in ARMS for a in arms):
@@ -164,8 +167,10 @@ def main() -> None:
     seeds = tuple(range(1, 1 + (args.seeds or (1 if args.quick else 3))))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) if args.keep is None else args.keep
+        work.mkdir(parents=True, exist_ok=True)
         for name in workloads:
-            rows += bench(name, WORKLOADS[name].cap_s, seeds, Path(tmp), args.quick, arms, args.plan)
+            rows += bench(name, WORKLOADS[name].cap_s, seeds, work, args.quick, arms, args.plan)
     if args.plan is not None:                 # a given plan's rows are kept apart from the benchmark's own
         for r in rows:
             r["given_plan"] = str(args.plan)

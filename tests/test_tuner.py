@@ -8,6 +8,7 @@ from omnitune.core.change import Change, Knobs, Reason
 from omnitune.efficiency.tuner import Evaluation, Gradients, Policy, TrainLoss, largest_stable
 
 KNOBS = Knobs(0.1, 0.9, {"cpu0": 64})
+STILL = Policy(climb=1.0)          # no climbs: the other rules alone
 
 
 def replay(tuner, readings, knobs=KNOBS):
@@ -30,17 +31,43 @@ def falling_then(rise_at: int, until: int, factor: float = 3.0):
     return out
 
 
-def test_a_falling_loss_changes_nothing():
-    made, _ = replay(Policy().start(KNOBS, 0.9), falling_then(10**9, 6400))
+def test_a_falling_loss_changes_nothing_without_climbs():
+    made, _ = replay(STILL.start(KNOBS, 0.9), falling_then(10**9, 6400))
     assert made == []
 
 
 def test_a_loss_that_climbs_cuts_the_rate_and_caps_it_below_the_edge():
-    tuner = Policy().start(KNOBS, 0.9)
+    tuner = STILL.start(KNOBS, 0.9)
     made, knobs = replay(tuner, falling_then(3200, 6400))
     assert made and made[0][1] == Change(lr=0.05, why=Reason.UNSTABLE)
-    assert 3200 < made[0][0] < 3200 + 640           # before the loss doubles (the monitor's divergence)
+    assert 3200 + STILL.persist <= made[0][0] < 3200 + 640    # before the loss doubles (the monitor's divergence)
     assert tuner.ceiling <= 0.05 and knobs.lr <= tuner.ceiling     # (the loss here goes on climbing: cut again)
+
+
+def test_a_spike_that_recovers_within_persist_is_not_the_edge():
+    spike = [TrainLoss(t, 1.0 / math.sqrt(t) * (3.0 if 960 <= t < 960 + STILL.persist - 10 else 1.0))
+             for t in range(10, 4000, 10)]
+    assert replay(STILL.start(KNOBS, 0.9), spike)[0] == []
+
+
+def test_a_falling_loss_climbs_to_the_cap_and_no_further():
+    policy = Policy()
+    made, knobs = replay(policy.start(KNOBS, 0.9), falling_then(10**9, 20_000))
+    assert [c.why for _, c in made] == [Reason.CLIMB] * 4            # 2, 4, 8, 16 times: climb_most
+    assert knobs.lr == pytest.approx(KNOBS.lr * policy.climb_most)
+    gaps = [b - a for (a, _), (b, _) in zip(made, made[1:])]
+    assert min(gaps) >= policy.settle + policy.climb_every
+
+
+def test_a_climb_over_the_edge_goes_back_to_the_rate_before_it_and_climbs_no_more():
+    tuner = Policy().start(KNOBS, 0.9)
+    made, knobs = replay(tuner, falling_then(1000, 6400))      # the loss rises after the first climbs
+    whys = [c.why for _, c in made]
+    assert Reason.UNSTABLE in whys and whys.index(Reason.UNSTABLE) > 0
+    cut = whys.index(Reason.UNSTABLE)
+    assert made[cut][1].lr == pytest.approx(made[cut - 1][1].lr / 2)    # the rate before the climb
+    assert Reason.CLIMB not in whys[cut:]
+    assert knobs.lr <= tuner.ceiling
 
 
 def test_a_loss_that_is_not_finite_is_left_to_the_divergence_pause():
@@ -55,7 +82,7 @@ def accuracy_curve(until: int, every: int = 50, rate: float = 1e-3):
 
 
 def test_near_its_target_the_run_cools_down_in_steps_to_the_floor():
-    policy = Policy(cool_down=True)
+    policy = Policy(cool_down=True, climb=1.0)
     tuner = policy.start(KNOBS, 0.95)
     made, knobs = replay(tuner, accuracy_curve(2900))         # the pace reaches 0.95 at about 2,800
     assert made, "no cool-down"
@@ -66,15 +93,24 @@ def test_near_its_target_the_run_cools_down_in_steps_to_the_floor():
     assert len(made) <= policy.cool_steps
 
 
-def test_a_cool_down_that_ends_short_of_the_target_goes_back_to_the_stable_rate_and_waits():
-    policy = Policy(cool_down=True)
+def test_a_cool_down_that_ends_short_of_the_target_keeps_its_last_rate_and_decays_again_on_a_plateau():
+    policy = Policy(cool_down=True, climb=1.0)
     tuner = policy.start(KNOBS, 0.95)
-    stuck = accuracy_curve(2900) + [Evaluation(t, 0.93) for t in range(2900, 6000, 50)]
+    stuck = accuracy_curve(2900) + [Evaluation(t, 0.93) for t in range(2900, 9000, 50)]
     made, knobs = replay(tuner, stuck)
-    back = [(t, c) for t, c in made if c.lr == KNOBS.lr]
-    assert back, "never went back to the stable rate"
-    assert knobs.lr == KNOBS.lr
-    assert tuner.cool_from >= 2 * made[0][0]
+    rates = [c.lr for _, c in made]
+    assert rates == sorted(rates, reverse=True), "a cool-down went back up"
+    first_end = next(t for t, c in made if c.lr == pytest.approx(KNOBS.lr * policy.cool_floor))
+    assert any(t > first_end and c.lr < KNOBS.lr * policy.cool_floor for t, c in made), "no second step down"
+
+
+def test_a_score_that_stops_rising_far_from_its_target_cools_down():
+    policy = Policy(cool_down=True, climb=1.0)
+    flat = accuracy_curve(1000) + [Evaluation(t, 0.6 + 0.001 * ((t // 50) % 2)) for t in range(1000, 3000, 50)]
+    made, _ = replay(policy.start(KNOBS, 0.95), flat)
+    assert made and all(c.why == Reason.COOL_DOWN for _, c in made)
+    assert 1000 <= made[0][0] < 3000
+
 
 
 def test_without_a_target_or_with_cool_down_off_nothing_cools():
@@ -82,7 +118,8 @@ def test_without_a_target_or_with_cool_down_off_nothing_cools():
     assert replay(Policy(cool_down=True).start(KNOBS, None), accuracy_curve(2900))[0] == []
 
 
-@pytest.mark.parametrize("bad", [dict(unstable=1.0), dict(cut=1.0), dict(ceiling=0.0), dict(cool_floor=1.5)])
+@pytest.mark.parametrize("bad", [dict(unstable=1.0), dict(cut=1.0), dict(ceiling=0.0), dict(cool_floor=1.5),
+                                 dict(climb=0.5)])
 def test_a_policy_out_of_range_is_refused(bad):
     with pytest.raises(ValueError):
         Policy(**bad)
@@ -116,14 +153,14 @@ def test_a_quiet_gradient_keeps_the_batch():
 
 def test_without_speeds_the_noise_scale_is_read_but_changes_nothing():
     knobs = Knobs(0.1, 0.9, {"a": 32, "b": 32})
-    tuner = Policy().start(knobs, 0.9)
+    tuner = STILL.start(knobs, 0.9)
     made, _ = replay(tuner, gradients(1000.0, 400), knobs)
     assert made == [] and tuner.phi == pytest.approx(1000.0)
 
 
 def test_the_goodput_rate_stays_under_the_stability_ceiling():
     knobs = Knobs(0.1, 0.9, {"a": 32, "b": 32})
-    tuner = Policy(speeds=SPEEDS).start(knobs, 0.9)
+    tuner = Policy(speeds=SPEEDS, climb=1.0).start(knobs, 0.9)
     made, knobs = replay(tuner, falling_then(640, 1400), knobs)            # the rate was cut: a ceiling
     assert made and tuner.ceiling < 0.1
     made, _ = replay(tuner, [Gradients(2000 + g.iteration, g.small, g.big, g.b_small, g.b_big)

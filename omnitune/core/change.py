@@ -21,8 +21,9 @@ class Reason(enum.Enum):
     """Why the run's knobs changed."""
     SCHEDULED = "scheduled"      # given with the job (an experiment, a test, a user's schedule)
     UNSTABLE = "unstable"        # the training loss rose past the policy's margin: the rate comes down
+    CLIMB = "climb"              # the loss still falls and no edge was met: the rate goes up (a range test)
     NOISE_SCALE = "noise scale"  # the batch follows the gradient noise scale (goodput), the rate the batch
-    COOL_DOWN = "cool-down"      # the target is near: the rate decays to it (warmup-stable-decay)
+    COOL_DOWN = "cool-down"      # the target is near, or the score stopped rising: the rate decays
 
 
 class Why(str, enum.Enum):

@@ -11,15 +11,22 @@ Readings (the coordinator's, after each of its checks):
 
 Rules, each reading the run itself rather than a side probe (short readings favour small rates,
 and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
-    stability     the average rising past `unstable` times its lowest since the last change is
-                  the edge of stability: the rate is cut by `cut`, and no later change of this
-                  tuner's raises it past `ceiling` times the rate that went over the edge.
+    stability     the average staying past `unstable` times its lowest since the last change
+                  for `persist` iterations is the edge of stability (a spike that recovers is
+                  not): the rate is cut by `cut`, and no later change of this tuner's raises it
+                  past `ceiling` times the rate that went over the edge.
+    climb         until the run first meets that edge, a rate whose loss average still falls
+                  over `climb_every` iterations is multiplied by `climb` (at most to `climb_most`
+                  times the rate the run began with): a range test (Smith 2017) read on the run
+                  itself, which ends a climb's step over the edge at the rate before it.
     cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
-                  its way to the target, the rate decays linearly to `cool_floor` of itself in
-                  `cool_steps` steps, over `cool_share / (1 - cool_share)` of the iterations so far:
-                  a warmup-stable-decay schedule's last part (Hägele et al. 2024), which no
-                  constant rate has. A cool-down that ends short of the target goes back to the
-                  stable rate, and the next may start only at twice the iterations the last did.
+                  its way to the target, or the score stops improving at the rate in force (the
+                  later half of the readings since the last change, `plateau_readings` or more of
+                  them, show no fall of the error), the rate decays linearly to `cool_floor` of
+                  itself in `cool_steps` steps, over `cool_share / (1 - cool_share)` of the
+                  iterations so far: a warmup-stable-decay schedule's last part (Hägele et al.
+                  2024), which no constant rate has. A cool-down that ends short of the target
+                  keeps its last rate (a step decay), and the next may start on its next plateau.
     goodput       the gradient noise scale phi from the workers' gradients (McCandlish et al.
                   2018; efficiency/goodput.py), averaged over the steps: every `goodput_every`
                   iterations the batch goes to the total of `speeds` (samples a second at each
@@ -88,10 +95,17 @@ class Policy:
     goodput_gain: float = 0.10  # a batch change must gain this much goodput (Pollux's hysteresis)
     noise_ema: float = 0.02     # each step's noise readings weigh this much in their averages
     cool_steps: int = 8         # a cool-down's linear decay, as this many changes in place
+    persist: int = 100          # iterations the loss stays over `unstable` times its lowest to be the edge
+    climb: float = 2.0          # a rate whose loss still falls is multiplied by this (1: never)
+    climb_every: int = 200      # iterations over which the loss must fall, after a change settles
+    climb_most: float = 16.0    # the climbs' most, over the rate the run began with
+    plateau_readings: int = 6   # readings of the score since the last change that can show a plateau
 
     def __post_init__(self):
         if not self.unstable > 1:
             raise ValueError(f"unstable must be above 1, got {self.unstable}")
+        if not (self.climb >= 1 and self.climb_most >= 1):
+            raise ValueError(f"climb and climb_most must be at least 1, got {self.climb}, {self.climb_most}")
         for name in ("cut", "ceiling", "cool_share", "cool_floor"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
@@ -107,7 +121,10 @@ class Tuner:
         self.policy, self.target = policy, target_score
         self.stable_lr = knobs.lr            # the rate outside a cool-down
         self.ceiling = math.inf
-        self.lowest, self.quiet_until = math.inf, 0
+        self.climb_most = knobs.lr * policy.climb_most
+        self.lowest, self.quiet_until, self.over_since = math.inf, 0, None
+        self.climb_at, self.climb_loss = policy.climb_every, None     # the next climb's check, and the loss at the last
+        self.segment_from = 0                # the iteration of the last change
         self.curve: list[tuple[int, float]] = []
         self.cooling: tuple[int, int] | None = None     # (first iteration, length) of a cool-down
         self.cool_from = 0                   # no cool-down starts before this iteration
@@ -128,27 +145,66 @@ class Tuner:
             return None         # a loss that is not finite is a divergence: the monitor's, answered by a pause
         self.lowest = min(self.lowest, loss.average)
         if loss.average <= p.unstable * self.lowest:
+            self.over_since = None
+            return self._climb(loss, knobs)
+        if self.over_since is None:
+            self.over_since = loss.iteration
+        if loss.iteration - self.over_since < p.persist:
             return None
         self.ceiling = min(self.ceiling, p.ceiling * knobs.lr)
         self.stable_lr = min(self.stable_lr * p.cut, self.ceiling)
         return self._changed(loss.iteration, Change(lr=min(knobs.lr * p.cut, self.ceiling), why=Reason.UNSTABLE))
+
+    def _climb(self, loss: TrainLoss, knobs: Knobs) -> Change | None:
+        """A step up the range test, where the loss still falls and no edge was met."""
+        p = self.policy
+        if (p.climb == 1 or self.ceiling < math.inf or self.cooled or loss.iteration < self.climb_at
+                or self.stable_lr * p.climb > self.climb_most * (1 + 1e-9)):
+            return None
+        falling = self.climb_loss is not None and loss.average < self.climb_loss
+        self.climb_at, self.climb_loss = loss.iteration + p.climb_every, loss.average
+        if not falling:
+            return None
+        self.stable_lr *= p.climb
+        return self._changed(loss.iteration, Change(lr=knobs.lr * p.climb, why=Reason.CLIMB))
+
+    @property
+    def cooled(self) -> bool:
+        """Whether a cool-down has begun (the climbs end there)."""
+        return self.cooling is not None or self.cool_from > 0
 
     def _cool_down(self, iteration: int, knobs: Knobs) -> Change | None:
         p = self.policy
         if self.cooling is None:
             if self.target is None or iteration < self.cool_from or len(self.curve) < 4:
                 return None
-            way = statmodel.pace_share(*zip(*self.curve), self.target)
-            if way is None or way < 1 - p.cool_share:
+            if not (self._near(p) or self._plateau(p)):
                 return None
             self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))))
         first, length = self.cooling
         step = min(p.cool_steps, (iteration - first) * p.cool_steps // length + 1)
-        if iteration - first >= length:          # over, short of the target: back to the stable rate
-            self.cooling, self.cool_from = None, 2 * first
-            return self._changed(iteration, Change(lr=self.stable_lr, why=Reason.COOL_DOWN))
         lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / p.cool_steps)
+        if iteration - first >= length:          # over, short of the target: the last rate stays
+            self.cooling, self.cool_from = None, iteration
+            self.stable_lr = knobs.lr
+            self._changed(iteration, None)
+            return None
         return Change(lr=lr, why=Reason.COOL_DOWN) if lr < knobs.lr * (1 - 1e-9) else None
+
+    def _near(self, p: Policy) -> bool:
+        """Whether the recent pace puts the run `1 - cool_share` of its way to the target."""
+        way = statmodel.pace_share(*zip(*self.curve), self.target)
+        return way is not None and way >= 1 - p.cool_share
+
+    def _plateau(self, p: Policy) -> bool:
+        """Whether the later half of the score's readings since the last change (once it settled)
+        shows no fall of the error: the rate in force has done what it can."""
+        since = [(t, s) for t, s in self.curve if t >= self.segment_from + p.settle]
+        if len(since) < p.plateau_readings:
+            return False
+        later = since[len(since) // 2:]
+        slope, _ = statmodel.pace_line(*statmodel.recent(*zip(*later)))
+        return slope >= 0
 
     @property
     def phi(self) -> float | None:
@@ -180,7 +236,9 @@ class Tuner:
         self.stable_lr = min(self.stable_lr * lr / knobs.lr, self.ceiling)
         return self._changed(g.iteration, Change(lr=lr, batch_scale=best, why=Reason.NOISE_SCALE))
 
-    def _changed(self, iteration: int, change: Change) -> Change:
+    def _changed(self, iteration: int, change: Change | None) -> Change | None:
         """A change of the rate: the loss is judged against its lowest after it settles."""
-        self.lowest, self.quiet_until = math.inf, iteration + self.policy.settle
+        p = self.policy
+        self.lowest, self.quiet_until, self.over_since = math.inf, iteration + p.settle, None
+        self.climb_at, self.climb_loss, self.segment_from = iteration + p.settle + p.climb_every, None, iteration
         return change
