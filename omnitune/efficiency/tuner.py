@@ -12,21 +12,22 @@ Readings (the coordinator's, after each of its checks):
 Rules, each reading the run itself rather than a side probe (short readings favour small rates,
 and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
     stability     the average staying past `unstable` times its lowest since the last change
-                  for `persist` iterations is the edge of stability (a spike that recovers is
-                  not): the rate is cut by `cut`, and no later change of this tuner's raises it
+                  for `persist` iterations, or going past `sudden` times it, is the edge of
+                  stability (a spike that recovers is not): the rate is cut by `cut`, and no later change of this tuner's raises it
                   past `ceiling` times the rate that went over the edge.
     climb         until the run first meets that edge, a rate whose loss average still falls
                   over `climb_every` iterations is multiplied by `climb` (at most to `climb_most`
                   times the rate the run began with): a range test (Smith 2017) read on the run
                   itself, which ends a climb's step over the edge at the rate before it.
     cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
-                  its way to the target, or the score stops improving at the rate in force (the
-                  later half of the readings since the last change, `plateau_readings` or more of
-                  them, show no fall of the error), the rate decays linearly to `cool_floor` of
+                  its way to the target, or the rate in force has done what it can (the loss
+                  average has made no new lowest over `plateau_share` of the iterations so far,
+                  since the last change settled), the rate decays linearly to `cool_floor` of
                   itself in `cool_steps` steps, over `cool_share / (1 - cool_share)` of the
                   iterations so far: a warmup-stable-decay schedule's last part (Hägele et al.
                   2024), which no constant rate has. A cool-down that ends short of the target
-                  keeps its last rate (a step decay), and the next may start on its next plateau.
+                  keeps its last rate (a step decay); the next starts on a plateau, or near the
+                  target at twice the iterations the last began at.
     goodput       the gradient noise scale phi from the workers' gradients (McCandlish et al.
                   2018; efficiency/goodput.py), averaged over the steps: every `goodput_every`
                   iterations the batch goes to the total of `speeds` (samples a second at each
@@ -98,15 +99,16 @@ class Policy:
     persist: int = 100          # iterations the loss stays over `unstable` times its lowest to be the edge
     climb: float = 2.0          # a rate whose loss still falls is multiplied by this (1: never)
     climb_every: int = 200      # iterations over which the loss must fall, after a change settles
-    climb_most: float = 16.0    # the climbs' most, over the rate the run began with
-    plateau_readings: int = 6   # readings of the score since the last change that can show a plateau
+    climb_most: float = 4.0     # the climbs' most, over the rate the run began with
+    sudden: float = 2.0         # a loss average past this times its lowest is the edge at once
+    plateau_share: float = 0.25  # of the iterations so far, a stretch with no new lowest loss: a plateau
 
     def __post_init__(self):
         if not self.unstable > 1:
             raise ValueError(f"unstable must be above 1, got {self.unstable}")
-        if not (self.climb >= 1 and self.climb_most >= 1):
+        if not (self.climb >= 1 and self.climb_most >= 1 and self.sudden > self.unstable):
             raise ValueError(f"climb and climb_most must be at least 1, got {self.climb}, {self.climb_most}")
-        for name in ("cut", "ceiling", "cool_share", "cool_floor"):
+        for name in ("cut", "ceiling", "cool_share", "cool_floor", "plateau_share"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
 
@@ -123,8 +125,8 @@ class Tuner:
         self.ceiling = math.inf
         self.climb_most = knobs.lr * policy.climb_most
         self.lowest, self.quiet_until, self.over_since = math.inf, 0, None
+        self.lowest_at = None                # the iteration of the loss's lowest since the last change
         self.climb_at, self.climb_loss = policy.climb_every, None     # the next climb's check, and the loss at the last
-        self.segment_from = 0                # the iteration of the last change
         self.curve: list[tuple[int, float]] = []
         self.cooling: tuple[int, int] | None = None     # (first iteration, length) of a cool-down
         self.cool_from = 0                   # no cool-down starts before this iteration
@@ -143,13 +145,14 @@ class Tuner:
         p = self.policy
         if loss.iteration < self.quiet_until or not math.isfinite(loss.average):
             return None         # a loss that is not finite is a divergence: the monitor's, answered by a pause
-        self.lowest = min(self.lowest, loss.average)
+        if loss.average < self.lowest:
+            self.lowest, self.lowest_at = loss.average, loss.iteration
         if loss.average <= p.unstable * self.lowest:
             self.over_since = None
             return self._climb(loss, knobs)
         if self.over_since is None:
             self.over_since = loss.iteration
-        if loss.iteration - self.over_since < p.persist:
+        if loss.iteration - self.over_since < p.persist and loss.average < p.sudden * self.lowest:
             return None
         self.ceiling = min(self.ceiling, p.ceiling * knobs.lr)
         self.stable_lr = min(self.stable_lr * p.cut, self.ceiling)
@@ -176,16 +179,16 @@ class Tuner:
     def _cool_down(self, iteration: int, knobs: Knobs) -> Change | None:
         p = self.policy
         if self.cooling is None:
-            if self.target is None or iteration < self.cool_from or len(self.curve) < 4:
+            if self.target is None or len(self.curve) < 4:
                 return None
-            if not (self._near(p) or self._plateau(p)):
+            if not ((iteration >= self.cool_from and self._near(p)) or self._plateau(iteration)):
                 return None
             self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))))
         first, length = self.cooling
         step = min(p.cool_steps, (iteration - first) * p.cool_steps // length + 1)
         lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / p.cool_steps)
         if iteration - first >= length:          # over, short of the target: the last rate stays
-            self.cooling, self.cool_from = None, iteration
+            self.cooling, self.cool_from = None, 2 * first
             self.stable_lr = knobs.lr
             self._changed(iteration, None)
             return None
@@ -196,15 +199,10 @@ class Tuner:
         way = statmodel.pace_share(*zip(*self.curve), self.target)
         return way is not None and way >= 1 - p.cool_share
 
-    def _plateau(self, p: Policy) -> bool:
-        """Whether the later half of the score's readings since the last change (once it settled)
-        shows no fall of the error: the rate in force has done what it can."""
-        since = [(t, s) for t, s in self.curve if t >= self.segment_from + p.settle]
-        if len(since) < p.plateau_readings:
-            return False
-        later = since[len(since) // 2:]
-        slope, _ = statmodel.pace_line(*statmodel.recent(*zip(*later)))
-        return slope >= 0
+    def _plateau(self, iteration: int) -> bool:
+        """Whether the loss average has made no new lowest since the last change over
+        `plateau_share` of the iterations so far: the rate in force has done what it can."""
+        return self.lowest_at is not None and iteration - self.lowest_at >= self.policy.plateau_share * iteration
 
     @property
     def phi(self) -> float | None:
@@ -239,6 +237,6 @@ class Tuner:
     def _changed(self, iteration: int, change: Change | None) -> Change | None:
         """A change of the rate: the loss is judged against its lowest after it settles."""
         p = self.policy
-        self.lowest, self.quiet_until, self.over_since = math.inf, iteration + p.settle, None
-        self.climb_at, self.climb_loss, self.segment_from = iteration + p.settle + p.climb_every, None, iteration
+        self.lowest, self.lowest_at, self.quiet_until, self.over_since = math.inf, None, iteration + p.settle, None
+        self.climb_at, self.climb_loss = iteration + p.settle + p.climb_every, None
         return change
