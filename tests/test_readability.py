@@ -3,6 +3,9 @@ MAX_FUNCTION lines and a class at most MAX_CLASS, from its `def` or `class` line
 (decorators not counted); a nested one counts on its own as well as within its parent."""
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "omnitune"
@@ -49,3 +52,60 @@ def test_the_count_sees_a_long_function_and_a_long_class(tmp_path):
     got = {name: n > limit for name, (n, limit) in lengths(tmp_path).items()}
     assert got == {"m.py:long": True, "m.py:short": False, "m.py:Long": True, "m.py:Long.method": True,
                    "m.py:Short": False}
+
+
+# The benchmark workloads whose runs chose the constants and rules: the runs' facts are decision
+# records (docs/decisions.md), and the code's comments and docstrings say what and why, pointing there.
+BENCHMARK_WORKLOADS = ("teacher-mlp", "shapes-resnet", "gru-count", "charlm-stdlib", "denoise-waves",
+                       "lenet-digits", "cnn1d-mnist1d")
+OWN_DEFINITIONS = "workloads"      # omnitune/workloads/ defines them, and its prose names them
+
+
+def prose(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of `source`: its COMMENT tokens, and every string
+    that stands alone as a statement (a module's, class's or function's docstring, an attribute's)."""
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    out += [(node.lineno, node.value.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)]
+    return out
+
+
+def workloads_named(root: Path = PACKAGE) -> list[str]:
+    """"PATH:LINE: NAME" for each benchmark workload named in a comment or docstring under `root`
+    (outside its workloads/). A name written as a string literal, "lenet-digits", is code: an
+    example's argument or a registry key."""
+    pattern = re.compile("|".join(re.escape(name) for name in BENCHMARK_WORKLOADS))
+    out = []
+    for file in sorted(root.rglob("*.py")):
+        path = file.relative_to(root).as_posix()
+        if path.split("/")[0] == OWN_DEFINITIONS:
+            continue
+        for line, text in sorted(prose(file.read_text())):
+            for m in pattern.finditer(text):
+                if text[m.start() - 1:m.start()] == '"' and text[m.end():m.end() + 1] == '"':
+                    continue
+                out.append(f"{path}:{line + text.count(chr(10), 0, m.start())}: {m.group()}")
+    return out
+
+
+def test_no_comment_or_docstring_narrates_a_benchmark_run():
+    named = workloads_named()
+    assert not named, ("say what the code does and why, and point to the run behind it as "
+                       f"(docs/decisions.md, RECORD), whose record names the workload: {named}")
+
+
+def test_the_scan_sees_comments_and_docstrings_but_not_code(tmp_path):
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "w.py").write_text('"""teacher-mlp: its own definition."""\n')
+    (tmp_path / "m.py").write_text(
+        '"""Module: gru-count."""\n'
+        'X = 1  # on shapes-resnet\n'
+        'def f():\n'
+        '    """Example: run("lenet-digits")."""\n'
+        '    return "charlm-stdlib"\n'
+        'Y = 2\n'
+        '"""An attribute\'s docstring: denoise-waves."""\n')
+    assert workloads_named(tmp_path) == ["m.py:1: gru-count", "m.py:2: shapes-resnet",
+                                         "m.py:7: denoise-waves"]

@@ -9,7 +9,7 @@ quarter) by two models that bracket what real curves do:
 - the pessimistic end: a power law that levels off, 1 - a(t) = floor + A t^(-c) (the plateau
   1 - floor), whose progress slows for ever;
 - the optimistic end: the recent pace, log(1 - a(t)) falling linearly in t, as when a curve leaves a
-  plateau (teacher-mlp) or a BatchNorm network's accuracy jumps (shapes-resnet).
+  plateau or a BatchNorm network's accuracy jumps (docs/decisions.md, statmodel.extrapolate).
 The estimate lies between them on a log scale, nearer the one that forecast the curve's own last
 third better.
 """

@@ -28,19 +28,20 @@ Each reading alone misleads, against each rate's iterations to the target from t
 checkpoint (docs/decisions.md, retune.COOL_RATE). Raw, the lower rates look better: after 30
 updates they sit closer to the minimum's noise floor, whatever progress the higher ones made
 (short-horizon bias), and a run that follows them trains longer. Cooled, a rate too high to keep
-can look best: on lenet-digits, 3x a rate that reaches the target in 75 updates scores best
-cooled and never reaches it at a constant rate. So the run switches only when a
-candidate beats the current setting on both readings by more than the noise, the spread of
-either one's readings over repeats on other batches (`decide`: hysteresis).
+can look best: three times a rate that reaches the target can score best cooled and never reach it
+at a constant rate. So the run switches only when a candidate beats the current setting on both
+readings by more than the noise, the spread of either one's readings over repeats on other batches
+(`decide`: hysteresis).
 
 That is not enough against short-horizon bias, which runs one way: towards lower rates (Wu et al.
-2018). On teacher-mlp at 3,000 iterations, a third of the rate reads better than the rate itself
-raw and cooled, after 30, 100 and 300 updates alike, and takes 18,600 iterations to the target
-against 10,300. So a pause lowers the rate only where the run's own readings say it is stuck
-(`stalled` with no recent pace that gets to the target, or off pace, too slow to reach its
-target within its time limit, past half its way: runtime/job.py, runtime/monitor.py) or the
-cool-down reaches the target; otherwise it may raise it. A stall lowers it one step, to
-a third at most (`lowest`): an early stall read a tenth as better and left a run short.
+2018). A third of the rate can read better than the rate itself raw and cooled, after 30, 100 and
+300 updates alike, and still take almost twice the iterations to the target (docs/decisions.md,
+retune.COOL_RATE and retune.COOL_SHARE). So a pause lowers the rate only where the run's own
+readings say it is stuck (`stalled` with no recent pace that gets to the target, or off pace, too
+slow to reach its target within its time limit, past half its way: runtime/job.py,
+runtime/monitor.py) or the cool-down reaches the target; otherwise it may raise it. A stall lowers
+it one step, to a third at most (`lowest`): an early stall can read a tenth as better, and a run
+that takes it falls short (docs/decisions.md, retune.STALL_STEP).
 A stall on the way is checked for a plateau instead (`plateau`), as is a run off pace: the
 current rate and a third of it train PLATEAU_UPDATES times a pause's updates each, and the rate
 drops a step only where the third reads PLATEAU_GAIN lower. A rate too high to settle sits in its
@@ -135,8 +136,8 @@ def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     """The `settings` (the current one first) a pause reads: for a run that is not stalled, none
     of a lower rate per sample of batch, which `challenger` passes over (short-horizon bias); of
     a sync plan's 7 candidates where the profile prices its batches, 5. A stalled run's pause
-    reads them all: a stall may be a rate too high to settle or one too low to move
-    (lenet-digits at lr 0.001 sits at chance and stalls)."""
+    reads them all: a stall may be a rate too high to settle or one too low to move, which sits
+    at chance (docs/decisions.md, retune.readable)."""
     if stalled:
         return settings
     return [c for c in settings if c.noise >= settings[0].noise * (1 - ROUNDING)]
@@ -183,9 +184,9 @@ def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
 def grown(spec: RunSpec, step_s: StepTime | None, phi: float) -> tuple[Setting, float] | None:
     """The larger batch with the most goodput at the gradient noise scale `phi` (goodput.py), at
     AdaScale's rate, and its goodput over the current batch's; None where no scale of GROWTH the
-    hardware model prices gains GOODPUT_GAIN. The batch only grows: phi grows over a run
-    (teacher-mlp at batch 64, lr 0.03: about 100 untrained, 700-900 at 1,000 iterations, 2,000-2,500
-    at 6,000-10,000, 3,400-5,800 at 15,000), and a pause's short readings favour small batches."""
+    hardware model prices gains GOODPUT_GAIN. The batch only grows: phi grows over a run, tenfold
+    and more (docs/decisions.md, retune.GROWTH and retune.GOODPUT_GAIN), and a pause's short
+    readings favour small batches."""
     now = throughput(spec, step_s)
     if now is None or math.isnan(phi):
         return None
@@ -333,15 +334,14 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     or in the run (`diverged`), it is no incumbent: the best cooled reading wins. Where the run
     is `off_pace` (runtime/monitor.py: at its pace it misses its target within its time limit),
     staying is what fails, so the repeats' spread does not guard it: the challenger wins where both
-    its readings are lower by more than NOISE_FLOOR of the current loss (gru-count at lr 0.1, batch
-    8: a third of the rate read 0.11 lower cooled and 0.46 raw, but the current rate's own repeats
-    spread 0.085 cooled and more raw, its swinging being the trouble, and the run stayed and
-    missed; with no floor at all, teacher-mlp switched on gaps of 0.0020, 0.0005 and 0.0002 at a
-    loss of 0.25, coin tosses). Where no challenger wins, the `growth` (`grown`: a larger batch
-    the goodput favours) is taken unless its mean reading is worse than the current setting's
-    beyond that setting's noise (`vetoed`): the goodput is the reason to switch, the readings only
-    a check that the new batch and its rate train. Then, where the chosen setting's cool-down reached the
-    `target` score on every repeat, go on cooled."""
+    its readings are lower by more than NOISE_FLOOR of the current loss: the current rate's own
+    swinging repeats, the trouble of such a run, would shield it, and with no floor at all gaps far
+    inside the noise switch it, coin tosses (docs/decisions.md, retune.NOISE_FLOOR). Where no
+    challenger wins, the `growth` (`grown`: a larger batch the goodput favours) is taken unless its
+    mean reading is worse than the current setting's beyond that setting's noise (`vetoed`): the
+    goodput is the reason to switch, the readings only a check that the new batch and its rate
+    train. Then, where the chosen setting's cool-down reached the `target` score on every repeat, go
+    on cooled."""
     cooled = means(readings, "cooled")
     if current not in cooled or diverged:
         best = min(cooled, key=cooled.get, default=current)
@@ -381,11 +381,10 @@ def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decisio
     validation loss is lower by more than PLATEAU_GAIN of the current one's and more than the
     third's spread over its repeats: a rate that sits in its own noise. The current rate's own
     spread is no shield (as in `vetoed`): readings that swing are what a rate too high to settle
-    gives (teacher-mlp at batch 64, lr 0.1: 0.304 and 0.416 against a third's 0.250 and 0.274; its
-    run stayed, and missed its target). On a plateau a third of the rate reads about a fifth
-    lower; on a run still climbing late on its way, a few percent lower, which is short-horizon
-    bias and stays under PLATEAU_GAIN. Early in runs that reach their target at their rate it
-    reads as much lower as on a plateau, so there the check lowers healthy runs
+    gives, and a run shielded by them stays and misses its target. On a plateau a third of the rate
+    reads about a fifth lower; on a run still climbing late on its way, a few percent lower, which
+    is short-horizon bias and stays under PLATEAU_GAIN. Early in runs that reach their target at
+    their rate it reads as much lower as on a plateau, so there the check lowers healthy runs
     (docs/decisions.md, retune.PLATEAU_GAIN; job.LOWER_FROM)."""
     lower = step_down(current)
     raw = means(readings, "raw")

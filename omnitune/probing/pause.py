@@ -188,12 +188,12 @@ def timed_scales(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTi
     prices, timed at the pause from the checkpoint on this process's CPU, in interleaved rounds
     (the machine's drift falls on every scale alike), median of the rounds; None unless the run
     is one CPU device (`timeable`). Each round's timed steps follow an untimed one: the other
-    scales' steps in between leave the first cold, and at batch 64 of teacher-mlp that put the
-    ratios of two and four times the batch 8-10% under those of steady steps (1.38 and 2.36
-    against 1.53 and 2.60; warmed, 1.50 and 2.55), which favoured growth. The emulation's step
-    is the runtime's update on the run's batches, less the worker's bookkeeping (its monitor,
-    its step timer), which costs the same at every batch; so the growth is chosen by the run's
-    loop at the run's moment, not by a profile's curve timed apart from it."""
+    scales' steps in between leave the first cold, and a cold first step puts the ratios of the
+    larger batches under those of steady steps, which favours growth (docs/decisions.md,
+    pause.timed_scales). The emulation's step is the runtime's update on the run's batches, less
+    the worker's bookkeeping (its monitor, its step timer), which costs the same at every batch;
+    so the growth is chosen by the run's loop at the run's moment, not by a profile's curve timed
+    apart from it."""
     if not timeable(spec):
         return None
     scales = [1.0] + [f for f in retune_mod.GROWTH if retune_mod.scaled(spec, f).batch_size != spec.batch_size

@@ -204,12 +204,12 @@ def run_id(spec: RunSpec) -> str:
 # goes too slowly to reach its target within its time limit (monitor.off_pace).
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
-RESTART_S = 4.5          # of which the restart (here: 4.4-4.7 s in 12 pauses of teacher-mlp and shapes-resnet),
+RESTART_S = 4.5          # of which the restart (docs/decisions.md, job.FIRST_COST_S and job.RESTART_S),
 RESUME_S = 0.15          # or, where the processes wait for the next segment (segments.py), going on (0.07-0.15 s)
 # A recipe's schedule spans the plan's predicted iterations, or the iterations the profile's step
-# time fits in the time limit (`scheduled`). That step time missed charlm-stdlib's one worker at
-# batch 8 by -19% to +75% over four profiles (0.069-0.149 s, the runs 0.082-0.088 s): a schedule
-# that ends at 137 s of 240 left a run at its floor rate, short of its target. So a re-tuned run
+# time fits in the time limit (`scheduled`). That step time can miss the run's by much more than
+# the run's own spread, and a schedule that ends well before the limit leaves a run at its floor
+# rate, short of its target (docs/decisions.md, job.PACE_CHECK_SHARE). So a re-tuned run
 # re-fits the horizon at its own pace once it has trained PACE_CHECK_SHARE of its time limit: a
 # segment boundary with no probes (`paced`).
 PACE_CHECK_SHARE = 0.05
@@ -452,11 +452,10 @@ def refit_horizon(spec: RunSpec, run_dir: Path, iteration: int, before: RunSpec 
     iterations to target that the run's own readings now predict (eta.horizon), never
     before this iteration, and never past the run's time limit, `limit_iters` more iterations at
     the pace it kept (`iterations_left`): a schedule that has not decayed by then leaves the run
-    at a high rate when it ends (charlm-stdlib at lr 1e-2, off pace at 123 s of a 240-s limit: the
-    horizon went from 2,402 iterations to 3,617, and the run ended at 2,487 at test loss 1.87, a
-    quarter of its peak rate still on, short of 1.7). Where the pause changed the batches from
-    `before`'s, the iterations left scale inversely with them, the limit's too (a bigger batch's
-    steps take less than proportionally longer: its schedule then ends somewhat early). With no
+    at a high rate when it ends, short of its target (docs/decisions.md, job.refit_horizon).
+    Where the pause changed the batches from `before`'s, the iterations left scale inversely with
+    them, the limit's too (a bigger batch's steps take less than proportionally longer: its
+    schedule then ends somewhat early). With no
     estimate yet, the horizon stays, within the limit; with no horizon, the schedule is constant."""
 
     if spec.horizon <= 0 or spec.target is None:

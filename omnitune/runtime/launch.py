@@ -156,8 +156,8 @@ CALLERS_ENV = "OMNITUNE_"      # a process sees the launching command's variable
 def start_server() -> None:
     """Start the fork server with PRELOAD imported, in the system's temporary folder (not a
     launch's scratch folder, which goes when the launch ends), once per command. It returns at
-    once: the server imports in the background, and its first process waits for that (2.8 s of
-    a first launch's 3.6 s on this 2-core machine, 0.2-0.4 s once it is warm)."""
+    once: the server imports in the background, and its first process waits for that, most of a
+    first launch, little once it is warm (docs/decisions.md, launch.start_server)."""
     if START_METHOD == "forkserver":
         multiprocessing.set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()

@@ -42,10 +42,9 @@ class Settings:
     link_repeats: int = 20
     calibrate_s: float = 0.4                 # each calibration job runs this long, at most
     # All the calibration jobs together, at most (profile_worker.job_seconds): a machine whose
-    # layouts call for many jobs runs each shorter. 40 jobs of 0.4 s on 17 ranks of an H200
-    # machine took 22 s of a 48 s profile. Half of it (4 s, jobs of 0.25 s) saved 1.7-2.3 s a
-    # profile on this 2-core machine, but charlm-stdlib's predictions erred by a median 12.6%
-    # against 8.5% (90th percentile 53% against 18%) (benchmarks.calibration --compare budget).
+    # layouts call for many jobs runs each shorter, so that they stay a bounded part of its
+    # profile. Half of it saves a second or two a profile, but a slow model's predictions then err
+    # more (docs/decisions.md, measure.Settings).
     calibration_budget_s: float = 8.0
     # A calibration job stops once it has timed this many updates past its warm-up, if its seconds
     # are not up first; 0: it runs its seconds. Stopping at 40 updates predicts the planner's step
@@ -55,19 +54,19 @@ class Settings:
     calibration_updates: int = 40
     # No protocol starts its calibration jobs once they have run this long (profile_worker.calibrate):
     # each job costs more than it trains (its model, optimizer, barriers and final evaluation), and
-    # 40 jobs of 0.2 s on an H100 machine's 17 ranks took 17.1 s of a 36.8 s profile. The jobs run
-    # in the order of `calibration_jobs`, so those left out are the measured layout's last
-    # protocols and its groups formed by speed, which the planner models and times by a real job
-    # before they may win. None with `quick` (tests), whose few short jobs then all run.
+    # a many-rank machine's jobs would take about half its profile (docs/decisions.md,
+    # measure.Settings). The jobs run in the order of `calibration_jobs`, so those left out are the
+    # measured layout's last protocols and its groups formed by speed, which the planner models and
+    # times by a real job before they may win. None with `quick` (tests), whose few short jobs then
+    # all run.
     calibration_deadline_s: float = 10.0
     # The planner's batches run to 256. A middle batch (64) buys no accuracy over all: at batches no
     # job ran, the predictions err by the same median with it and without, neither reading faster,
     # and without it a fast model's profile is shorter (docs/decisions.md, measure.Settings).
     calibrate_batches: tuple[int, ...] = (16, 256)
     # A slow model's smaller calibration batch may halve, down to this, while its job would run past
-    # its seconds for the updates it must time (profile_worker.sized_specs). Off: on charlm-stdlib,
-    # halved to 8, the predictions erred by a median 11.0% against 6.8% with 16 kept, and read 5%
-    # faster (benchmarks.calibration --compare halving).
+    # its seconds for the updates it must time (profile_worker.sized_specs). Off: halved, the
+    # predictions err more than with the smaller batch kept (docs/decisions.md, measure.Settings).
     calibrate_least_batch: int = 16
 
     @classmethod

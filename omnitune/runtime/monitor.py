@@ -22,8 +22,8 @@ from omnitune.runtime.workload import Workload, evaluate
 # higher than over the STALL_SHARE before it, once it has been evaluated STALL_EVALS times: waiting
 # on would most likely not cross a target it is short of, and a lower rate (re-tuning) or a stop
 # (--stop-on-stall) is the answer. Medians of windows, not the age of the best reading: a curve that
-# climbs slowly through noise goes seconds without a new best (teacher-mlp was "stalled" at 28 s
-# of a 75 s run that climbed throughout).
+# climbs slowly through noise goes seconds without a new best, and would read stalled while it
+# climbs (docs/decisions.md, monitor.STALL_SHARE and monitor.STALL_EVALS).
 STALL_SHARE = 0.2
 STALL_EVALS = 5
 # A re-tuned run is off pace where, at the pace its median score rose from the first half of its
@@ -33,16 +33,17 @@ STALL_EVALS = 5
 # (job.run_with_replans). It holds through most of a run that creeps far short of its target,
 # and rarely or never in runs that reach theirs (docs/decisions.md, monitor.off_pace). Each half's median
 # needs PACE_READINGS readings, so that no single one moves it: a segment after a pause begins
-# with its first half all but empty (gru-count paused at 62 s and, judged at 125 s on the one
-# reading before 62.5 s, again, and lowered a rate that was climbing a tenfold).
+# with its first half all but empty, and one reading there could pause the run again and lower a
+# rate that is climbing (docs/decisions.md, monitor.PACE_READINGS).
 PACE_READINGS = 3
 # A run has diverged when its training loss is not finite, or when its moving average (each
 # minibatch weighing DIVERGE_EMA) is above DIVERGE_FACTOR times the lowest that average has been
 # since its first DIVERGE_WARMUP minibatches: a rate too high for where the run now is. The
 # average, not the mean between two evaluations: with evaluations every few minibatches, that
-# mean's lowest was a lucky draw, and twice it was noise (teacher-mlp: a false divergence every
-# second). Re-tuning steps in at once, from the best score's checkpoint, kept at most every
-# BEST_EVERY_S of wall time (and 20 times what the last one took to write).
+# mean's lowest is a lucky draw, and twice it is noise, so noise reads as divergence again and
+# again (docs/decisions.md, monitor.DIVERGE_FACTOR, monitor.DIVERGE_EMA and monitor.DIVERGE_WARMUP).
+# Re-tuning steps in at once, from the best score's checkpoint, kept at most every BEST_EVERY_S of
+# wall time (and 20 times what the last one took to write).
 DIVERGE_FACTOR = 2.0
 DIVERGE_EMA = 0.02
 DIVERGE_WARMUP = 100
@@ -51,8 +52,8 @@ BEST_EVERY_S = 2.0
 # timed that many iterations after its first check, up to STRETCH times the limit.
 STRETCH = 4.0
 # Training losses recorded as tensors are read back this many at a time, and before each
-# evaluation: a read waits for the device's queue, and on an H200 reading each step's made a
-# small model's step 1.09x a plain loop's (benchmarks.overhead's read-loss variant).
+# evaluation: a read waits for the device's queue, and reading each step's slows a small model's
+# step on a GPU (docs/decisions.md, monitor.UNREAD_LOSSES).
 UNREAD_LOSSES = 64
 
 
@@ -277,9 +278,8 @@ def off_pace(scores, now: float, target: float, limit_s: float) -> bool:
     (to `now`) to the latest half, reaches `target` only after `limit_s`, or never; False while
     either half holds fewer than PACE_READINGS readings, where the latest half's median is at
     the target, and while `limit_s` lies more than statmodel.EVIDENCE times `now` ahead: so far
-    past its evidence, a pace is the early phase's, not the run's (teacher-mlp, whose pauses
-    cost 2-4 s, was judged off pace at 1.9 s of a 240 s limit, and its pauses walked the rate
-    down tenfold by the short reads' bias)."""
+    past its evidence, a pace is the early phase's, not the run's, and where pauses are cheap
+    their short readings' bias walks the rate down (docs/decisions.md, monitor.off_pace)."""
     if EVIDENCE * now < limit_s:
         return False
     first = [(t, x) for t, x in scores if t <= now / 2]

@@ -116,10 +116,10 @@ class HeavyBall(Update):
         """Momentum correction (Goyal et al. 2017, section 2.1): the buffer scaled by the old rate
         over the new, so that the step lr * v goes on at the speed it had and the new rate comes
         in with the new gradients. Uncorrected, the first updates after the switch move the old
-        velocity, with its old batch's noise, times the new rate over the old: from teacher-mlp's
-        batch-128 checkpoint at 18,000 iterations, 4x the batch at 3.8x the rate read 1.7% worse
-        than the batch it would replace after the 9 updates that fit in the time of 30, past the
-        pause's 1% floor, and 0.3% corrected (docs/model.md)."""
+        velocity, with its old batch's noise, times the new rate over the old, and a larger batch
+        at its larger rate then reads worse than the batch it would replace, past the pause's 1%
+        floor, where corrected it does not (docs/model.md; docs/decisions.md,
+        optim.HeavyBall.switch)."""
         old = self.param_groups[0]["lr"]
         if old != lr:
             for state in self.state.values():

@@ -76,8 +76,8 @@ def message_sizes(model_bytes: int) -> list[int]:
     return sorted(s for s in sizes if s >= 4)
 
 
-# Per message size: fewer repeats (at least 3) when they would take longer. At 1 s, an H200
-# machine's 17 ranks timed their links for 7.4 s of a 66 s profile (4 sizes, both kinds).
+# Per message size: fewer repeats (at least 3) when they would take longer, so that a many-rank
+# machine's links take a small part of its profile (docs/decisions.md, profile_worker.LINK_BUDGET_S).
 LINK_BUDGET_S = 0.4
 
 
@@ -181,8 +181,9 @@ def time_server_update(model: torch.nn.Module, repeats: int, recipe: Recipe) -> 
 CALIBRATION_TEST = 64
 CALIBRATION_STEPS = 8      # updates a calibration job should see at its larger batch
 # Updates a calibration job times at least (past its first, the warm-up), running up to
-# monitor.STRETCH times calibrate_s for them: charlm-stdlib's jobs of two asynchronous groups saw
-# 2-4 updates in 0.4 s, and the planner took 67-87 ms an update from them where runs took 100.
+# monitor.STRETCH times calibrate_s for them: a job that sees only a few updates gives the planner
+# the gap between two of them, not the seconds an update takes (docs/decisions.md, monitor.STRETCH
+# and profile_worker.CALIBRATION_MIN_UPDATES).
 CALIBRATION_MIN_UPDATES = 4
 CALIBRATION_FLOOR_S = 0.2  # the shortest a job runs when the budget is shared among many
 
@@ -200,8 +201,9 @@ def sized_specs(job: ProfileJob, steps: list, specs: tuple[RunSpec, ...] | None 
     left out. Uncut, a slow model's job at the largest batch sees only a few updates, the first of
     them a warm-up, in several times the time of one at a smaller batch. Where even the smallest
     batch's job would run past `calibrate_s` for its CALIBRATION_MIN_UPDATES updates and warm-up,
-    that batch halves, down to `calibrate_least_batch` (by default the smallest batch itself:
-    halving made charlm-stdlib's predictions worse; the groups formed by speed keep the first)."""
+    that batch halves, down to `calibrate_least_batch`. By default that is the smallest batch
+    itself, as halving made the predictions worse (docs/decisions.md, measure.Settings), and the
+    groups formed by speed keep the first."""
     first, large = job.settings.calibrate_batches[0], job.settings.calibrate_batches[-1]
     specs = job.calibration_specs if specs is None else specs
     if large <= first or any(s is None for s in steps) or not specs:
@@ -256,8 +258,8 @@ def device_steps(job: ProfileJob, steps: list) -> dict:
 
 def layout_steps(timings: dict, steps: list, ids) -> list:
     """The steps that size a layout's jobs: its own devices' (of `timings`), else the measured
-    layout's (`steps`). Sized by the CPU cores' steps, an H200 alone was timed at batches 16 and
-    32 only (4.9 and 3.8 ms an update), a line too short to extend."""
+    layout's (`steps`). Sized by the CPU cores' steps, a GPU alone is timed at its smallest
+    batches only, a line too short to extend (docs/decisions.md, profile_worker.layout_steps)."""
     own = [timings[d] for d in ids if d in timings]
     return own if len(own) == len(ids) else steps
 

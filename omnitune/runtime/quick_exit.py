@@ -1,9 +1,8 @@
 """Imported by a process that has imported torch, to end without the interpreter's last garbage
-collections: they walk every object torch's import made, 0.9-1.1 s of wall time on this machine
-(`python -c "import torch"` took 4.1-4.6 s, 3.2-3.4 s with the objects frozen first). Frozen at
-exit, they go with the process. The `omnitune` command imports it, and so does the fork server
-(launch.PRELOAD), which otherwise spent 1-2 s of a core tearing down after its command had ended,
-beside whatever command came next."""
+collections: they walk every object torch's import made, about a second of wall time
+(docs/decisions.md, quick_exit). Frozen at exit, they go with the process. The `omnitune` command
+imports it, and so does the fork server (launch.PRELOAD), which otherwise spends a second or more
+of a core tearing down after its command has ended, beside whatever command comes next."""
 
 import atexit
 import gc

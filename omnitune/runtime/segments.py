@@ -1,13 +1,13 @@
 """A re-tuned run's processes, kept from one segment to the next.
 
-A pause used to end the job's processes and launch new ones after the re-tuning probes: 4.4-4.7 s
-a pause on this 2-core machine, most of a pause's cost, paid even when the pause changed nothing.
-Now the processes wait at the end of a segment instead (in `process.main`): the coordinator
-writes the segment's checkpoint and summary, marks the run dir (`PAUSED`), and every process
-waits on the job's store for the next segment. The re-tuner answers with that segment, which the
-same processes run, or with an empty answer that ends them. A re-tuned spec that needs other
-processes (another node layout or backend: a protocol with a parameter server, say) ends them
-and launches anew.
+Ending the job's processes at a pause and launching new ones after the re-tuning probes would be
+most of a pause's cost, paid even when the pause changes nothing (docs/decisions.md, job.RESUME_S
+and segments.Segments). So the processes wait at the end of a segment instead (in
+`process.main`): the coordinator writes the segment's checkpoint and summary, marks the run dir
+(`PAUSED`), and every process waits on the job's store for the next segment. The re-tuner
+answers with that segment, which the same processes run, or with an empty answer that ends them.
+A re-tuned spec that needs other processes (another node layout or backend: a protocol with a
+parameter server, say) ends them and launches anew.
 
 torchelastic's agent stays in the main thread, where it handles signals and stops the workers
 on an interrupt, as in every other launch; the re-tuning loop runs in a thread of its own and asks
