@@ -47,7 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, print_rows, write_results
-from benchmarks.plan_quality import fixed_spec, interleaved
+from benchmarks.harness import fixed_spec, interleaved
 from omnitune import planning
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.cluster import local_cluster

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from benchmarks.plan_quality import fixed_spec
+from benchmarks.harness import fixed_spec
 from benchmarks.protocols import cluster_profile, make_plan, repeated, summarise
 from omnitune import planning
 from omnitune.core.protocols import Groups, Sync

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from benchmarks.plan_quality import fixed_spec
+from benchmarks.harness import fixed_spec
 from omnitune import planning
 from omnitune.core import plan as plan_mod, profile as profile_mod, protocols
 from omnitune.core.cluster import load_cluster

@@ -14,7 +14,7 @@ the rates and batches the pauses chose.
 
 Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
 to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
-check of the glue). --only names any of benchmarks.plan_quality's workloads (gru-count, held out,
+check of the glue). --only names any of benchmarks.harness's workloads (gru-count, held out,
 too); --arms runs some of the arms; --keep DIR keeps each run's directory there (its metrics.jsonl
 and summary.json: runs that `benchmarks.eta` replays). Writes benchmarks/results/retune.json
 (retune-quick.json with --quick).
@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, print_rows, recorded, write_results
-from benchmarks.plan_quality import WORKLOADS, describe_plan, planned_with
+from benchmarks.harness import WORKLOADS, describe_plan, planned_with
 from omnitune import api
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.change import changes

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import print_rows, write_results
-from benchmarks.plan_quality import fixed_spec
+from benchmarks.harness import fixed_spec
 from benchmarks.protocols import cluster_profile
 from omnitune import planning
 from omnitune.core import protocols

@@ -11,8 +11,8 @@ import torch
 
 from benchmarks import gpu
 from benchmarks.common import RESULTS
+from benchmarks.harness import fixed_spec
 from omnitune.core.files import atomic_write_json
-from benchmarks.plan_quality import fixed_spec
 from tests.conftest import DATA, ROOT
 
 
@@ -121,7 +121,7 @@ def stub_bench(monkeypatch, tmp_path, sample_profile, run_spec, **plan_fields):
     monkeypatch.setattr(gpu.planning, "build_plan", lambda *a, **k: plan)
     monkeypatch.setattr(gpu, "make_prober", lambda *a, **k: None)
     monkeypatch.setattr(gpu, "hand_on", lambda plan, prober, path: plan)
-    monkeypatch.setattr("benchmarks.plan_quality.job.run_spec", run_spec)
+    monkeypatch.setattr("benchmarks.harness.job.run_spec", run_spec)
     results = tmp_path / "results"
     results.mkdir()
     monkeypatch.setattr(gpu, "RESULTS", results)
@@ -137,7 +137,7 @@ def test_the_benchmark_glue_with_profile_plan_and_runs_stubbed(sample_profile, m
     plan_over_best_alternative is 10 / 16; the runs go seed by seed across the configurations;
     predicted_over_measured_sec_per_iter divides by the plan row's median measured figure.
 
-    Fails if plan_quality.measure counts a miss as its own time, if bench takes the largest median
+    Fails if harness.measure counts a miss as its own time, if bench takes the largest median
     or the first alternative as the best, if interleaved runs configuration by configuration, if
     the ratio uses another row's (or the mean) seconds per iteration, if a configuration's time is
     the mean of its runs rather than the median, or if bench ignores `seeds`."""

@@ -3,7 +3,7 @@
 import json
 import zlib
 
-from benchmarks import plan_quality
+from benchmarks import harness, plan_quality
 from tests.conftest import DATA
 
 
@@ -42,84 +42,6 @@ def test_a_band_with_no_top_has_not_held_it_is_no_band():
     assert plan_quality.holds_per_run([100.0], [{"reached": True, "iterations": 500}]) == [None]
 
 
-def test_the_plan_runs_as_omnitune_run_runs_it_and_its_pauses_count(tmp_path, monkeypatch):
-    """A plan file in `interleaved` runs through job.run with the re-tuner handed in; its time is
-    the training to the target plus the pauses to re-tune, and a miss counts as the cap. Fails if
-    the plan's row runs the spec without re-tuning, or leaves the pauses out of the time."""
-    from types import SimpleNamespace
-
-    calls = []
-
-    def run(plan_path, out_dir, options, replan=None, first_pause_s=None):
-        calls.append((plan_path, options.retune, replan is not None))
-        reached = "s1" in out_dir
-        return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None, replan_s=2.0,
-                               replans=1, iterations=100, final_accuracy=0.9, final_loss=0.3, measured_sec_per_iter=0.1,
-                               started_at_s=1.0, wall_s=12.5, eval_s=0.5, stalled_at_s=None, first_pause_at_s=5.0, repaced=None)
-    monkeypatch.setattr(plan_quality.job, "run", run)
-    for k in (1, 2):
-        (tmp_path / f"p{k}.json").write_text((DATA / "plan-v1.json").read_text())
-    out = plan_quality.interleaved({"w-plan": {1: tmp_path / "p1.json", 2: tmp_path / "p2.json"}}, tmp_path, 30.0,
-                                   seeds=(1, 2))["w-plan"]
-    assert [r["time_s"] for r in out["runs"]] == [12.0, 30.0] and all(r["retune_s"] == 2.0 for r in out["runs"])
-    assert calls == [(str(tmp_path / "p1.json"), True, True), (str(tmp_path / "p2.json"), True, True)]
-
-
-def test_the_held_out_workload_is_a_file_of_the_benchmarks_that_loads_and_trains():
-    """benchmarks/workloads/gru_count.py, reported apart: the benchmark passes its file wherever a
-    bundled workload's name goes, and the file keeps the workload contract."""
-    import torch
-
-    from omnitune.runtime import workload
-
-    b = plan_quality.WORKLOADS["gru-count"]
-    assert b.held_out and b.spec("gru-count").endswith("benchmarks/workloads/gru_count.py")
-    assert plan_quality.WORKLOADS["teacher-mlp"].spec("teacher-mlp") == "teacher-mlp"
-    wl = workload.load(b.spec("gru-count"))
-    train, test = wl.build_datasets(None, 0)
-    x, y = train[:8]
-    assert x.shape == (8, 128) and int(y.max()) < 32 and len(test) == 2000
-    assert y.tolist() == (x == 0).sum(dim=1).clamp(max=31).tolist()
-    loss = wl.loss_fn(wl.build_model()(x), y)
-    assert torch.isfinite(loss)
-
-
-def test_a_run_cut_off_goes_on_where_it_stopped_from_its_journal(tmp_path, monkeypatch):
-    """--work-dir: each finished run goes to the journal as it ends; started again on the same
-    folder, the benchmark reads those back and runs only the rest, seed by seed as before. Fails if
-    a journaled run is measured again, or a run that was cut off is not."""
-    from benchmarks.common import Journal
-
-    measured = []
-
-    def measure(spec, work, tag, limit_s, start=None):
-        if len(measured) == 3 and not cut["done"]:
-            cut["done"] = True
-            (work / tag).mkdir()           # what a run killed half-way leaves
-            raise KeyboardInterrupt
-        measured.append(tag)
-        return {"time_s": float(len(measured)), "reached": True, "iterations": 10 * len(measured)}
-
-    cut = {"done": False}
-    monkeypatch.setattr(plan_quality, "measure", measure)
-    specs = {"w-a": object(), "w-b": object()}
-    monkeypatch.setattr(plan_quality, "replace", lambda spec, seed: spec)
-    path = tmp_path / "w.journal.jsonl"
-    try:
-        plan_quality.interleaved(specs, tmp_path, 30.0, seeds=(1, 2), journal=Journal(path))
-    except KeyboardInterrupt:
-        pass
-    with path.open("a") as f:
-        f.write('{"key": "w-b-s2", "comm')          # a line cut off as the process died
-    assert measured == ["w-a-s1", "w-b-s1", "w-a-s2"]
-    journal = Journal(path)
-    out = plan_quality.interleaved(specs, tmp_path, 30.0, seeds=(1, 2), journal=journal)
-    assert measured == ["w-a-s1", "w-b-s1", "w-a-s2", "w-b-s2"]
-    assert [r["time_s"] for r in out["w-a"]["runs"]] == [1.0, 3.0] and out["w-b"]["median_s"] == 3.0
-    assert not (tmp_path / "w-b-s2").exists()          # the cut run's leftovers, removed before it ran again
-    assert len(journal.commits) == 1
-
-
 def test_a_journal_with_no_folder_keeps_nothing_between_runs():
     from benchmarks.common import Journal
 
@@ -135,12 +57,12 @@ def test_a_fixed_configuration_decays_over_the_cap_as_a_plan_without_a_predictio
     from omnitune import planning
     from omnitune.efficiency.perfmodel import Shape
 
-    b = plan_quality.WORKLOADS["charlm-stdlib"]
+    b = harness.WORKLOADS["charlm-stdlib"]
     c = plan_quality.grid(sample_profile, b, False)[0]
-    spec = plan_quality.fixed_spec(sample_profile, "lenet-digits", b.goal, c, 240.0)
+    spec = harness.fixed_spec(sample_profile, "lenet-digits", b.goal, c, 240.0)
     step_s, _ = planning.profiled(sample_profile)(Shape(c.groups, dict(spec.batch_size), c.variant, c.layout), c.batch)
     assert spec.horizon == round(240.0 / step_s) > 0
-    assert plan_quality.fixed_spec(sample_profile, "lenet-digits", b.goal, c).horizon == 0
+    assert harness.fixed_spec(sample_profile, "lenet-digits", b.goal, c).horizon == 0
 
 
 class Cut(Exception):
@@ -160,7 +82,7 @@ def stub_bench(monkeypatch, calls: list, cut_at: int | None):
     cut = []
     plan = plan_mod.load(DATA / "plan-v1.json")
     plan = dc_replace(plan, planning=Planning(5.0, 3, 6.0, True, "stub"))
-    monkeypatch.setattr(plan_quality.profiler, "profile", lambda *a, **k: prof)
+    monkeypatch.setattr(harness.profiler, "profile", lambda *a, **k: prof)
 
     def planned_with(prof, prof_path, name, b, seed, work, budget_s=None):
         calls.append(f"plan-s{seed}")
@@ -180,8 +102,14 @@ def stub_bench(monkeypatch, calls: list, cut_at: int | None):
         t = 10.0 + zlib.crc32(tag.encode()) % 97 / 10
         return {"time_s": t, "reached": True, "iterations": int(10 * t), "final_accuracy": 0.9, "final_loss": 0.3,
                 "sec_per_iter": 0.01, "started_at_s": 0.0}
-    monkeypatch.setattr(plan_quality, "measure", lambda spec, work, tag, limit_s, start=None: timed(tag, limit_s))
-    monkeypatch.setattr(plan_quality, "measure_plan", lambda path, work, tag, limit_s: timed(tag, limit_s))
+    stub_measure(monkeypatch, lambda spec, work, tag, limit_s, start=None: timed(tag, limit_s))
+    monkeypatch.setattr(harness, "measure_plan", lambda path, work, tag, limit_s: timed(tag, limit_s))
+
+
+def stub_measure(monkeypatch, measure) -> None:
+    """`measure` for every run of a row: the screening's (plan_quality's) and interleaved's (the harness's)."""
+    monkeypatch.setattr(plan_quality, "measure", measure)
+    monkeypatch.setattr(harness, "measure", measure)
 
 
 def test_a_row_cut_off_and_started_again_is_the_row_of_an_uncut_run(tmp_path, monkeypatch):
@@ -191,7 +119,7 @@ def test_a_row_cut_off_and_started_again_is_the_row_of_an_uncut_run(tmp_path, mo
     screening row differs from the one measured, or if resuming changes the finalists."""
     from benchmarks.common import Journal
 
-    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    b = harness.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
     uncut_calls, cut_calls = [], []
     stub_bench(monkeypatch, uncut_calls, None)
     (tmp_path / "a").mkdir()
@@ -221,10 +149,10 @@ def test_a_journal_of_another_grid_is_refused(tmp_path, monkeypatch):
 
     stub_bench(monkeypatch, [], None)
     journal = Journal(tmp_path / "j.jsonl")
-    plan_quality.bench("lenet-digits", plan_quality.Bench(0.9, 30.0, False, (0.01,), (16,)), False, tmp_path,
+    plan_quality.bench("lenet-digits", harness.Bench(0.9, 30.0, False, (0.01,), (16,)), False, tmp_path,
                        seeds=(1,), journal=journal)
     with pytest.raises(SystemExit, match="j.jsonl: screen0"):
-        plan_quality.bench("lenet-digits", plan_quality.Bench(0.9, 30.0, False, (0.03,), (16,)), False, tmp_path,
+        plan_quality.bench("lenet-digits", harness.Bench(0.9, 30.0, False, (0.03,), (16,)), False, tmp_path,
                            seeds=(1,), journal=Journal(tmp_path / "j.jsonl"))
 
 
@@ -233,14 +161,14 @@ def test_a_default_measured_again_at_a_longer_cap_keeps_the_rest_of_the_row(tmp_
     the row's oracle configuration; the plan's figures stay, default / plan is the new default's
     over the kept plan's, and the oracle again is recorded apart. Fails if the plan or finalists
     run again, if the default keeps the row's cap, or if the oracle's figure is replaced."""
-    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    b = harness.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
     stub_bench(monkeypatch, [], None)
     row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1, 2))
     calls, limits = [], []
     stub_bench(monkeypatch, calls, None)
     measure = plan_quality.measure
-    monkeypatch.setattr(plan_quality, "measure", lambda spec, work, tag, limit_s, start=None:
-                        limits.append(limit_s) or measure(spec, work, tag, limit_s, start))
+    stub_measure(monkeypatch, lambda spec, work, tag, limit_s, start=None:
+                 limits.append(limit_s) or measure(spec, work, tag, limit_s, start))
     again = plan_quality.default_again("lenet-digits", b, row, tmp_path, 90.0, seeds=(1, 2))
     assert calls == ["lenet-digits-default-s1", "lenet-digits-oracle-s1", "lenet-digits-default-s2",
                      "lenet-digits-oracle-s2"] and limits == [90.0] * 4
@@ -254,9 +182,9 @@ def test_a_default_measured_again_at_a_longer_cap_keeps_the_rest_of_the_row(tmp_
 
 def test_every_workloads_grid_holds_at_least_24_configurations(sample_profile):
     """Issue 37: the oracle is the best of a grid of 24 or more fixed configurations; --quick's 12."""
-    for name, b in plan_quality.WORKLOADS.items():
+    for name, b in harness.WORKLOADS.items():
         assert len(set(plan_quality.grid(sample_profile, b, False))) >= 24, name
-    assert len(plan_quality.grid(sample_profile, plan_quality.WORKLOADS["lenet-digits"], True)) == 12
+    assert len(plan_quality.grid(sample_profile, harness.WORKLOADS["lenet-digits"], True)) == 12
 
 
 def test_the_finalists_are_the_screening_points_that_reached_the_target_first(tmp_path, monkeypatch):
@@ -268,17 +196,17 @@ def test_the_finalists_are_the_screening_points_that_reached_the_target_first(tm
 
     from benchmarks.common import Journal
 
-    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    b = harness.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
     stub_bench(monkeypatch, [], None)
     measure = plan_quality.measure
 
     def screened(spec, work, tag, limit_s, start=None):
         r = measure(spec, work, tag, limit_s, start)
         return {**r, "time_s": 5.0, "reached": False} if tag.endswith(("grid0", "grid1")) else r
-    monkeypatch.setattr(plan_quality, "measure", screened)
+    stub_measure(monkeypatch, screened)
     journal = Journal(tmp_path / "j.jsonl")
     row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,), journal=journal)
-    configs = plan_quality.grid(plan_quality.profiler.profile(), b, False)
+    configs = plan_quality.grid(harness.profiler.profile(), b, False)
     finalists = [{k: f[k] for k in plan_quality.describe(configs[0])} for f in row["finalists"]]
     assert len(finalists) == 4 and all(plan_quality.describe(c) not in finalists for c in configs[:2])
     assert journal.get("finalists") == finalists
@@ -291,7 +219,7 @@ def test_a_replan_keeps_a_finalist_that_missed_by_its_configuration_not_its_plac
     """--replan keeps a finalist that missed its cap in every run of the last row, matched by its
     configuration: with the last row's finalists in another order (an older ranking), the one that
     missed is still the one not run again. Fails if it is matched by its place."""
-    b = plan_quality.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
+    b = harness.Bench(0.9, 30.0, False, (0.01, 0.1), (16,))
     stub_bench(monkeypatch, [], None)
     row = plan_quality.bench("lenet-digits", b, False, tmp_path, seeds=(1,))
     missed = {**row["finalists"][2], "runs": [{**r, "reached": False} for r in row["finalists"][2]["runs"]]}

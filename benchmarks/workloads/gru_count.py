@@ -1,7 +1,7 @@
 """A GRU that counts: the held-out workload of `benchmarks.plan_quality` (generated from a seed).
 
 Held out: no rule or constant of the planner was chosen by looking at this workload's results,
-but one (the veto of the goodput's batch, named in benchmarks/plan_quality.py).
+but one (the veto of the goodput's batch, named in benchmarks/harness.py).
 It differs in kind from the workloads the planner was tuned on (an MLP, convolutional nets, a
 transformer): a recurrent network, stepped through its sequence one position at a time.
 
