@@ -12,8 +12,8 @@ target plus its pauses (probes and restarts). A run that misses its target count
 limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
 the rates and batches the pauses chose.
 
-Workloads: teacher-mlp to 0.985 and shapes-resnet to 0.9 (minutes-long here), each run limited
-to 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
+Workloads: teacher-mlp (develop), gru-count and denoise-waves (held out), each run limited to
+240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
 check of the glue). --only names any of benchmarks.harness's workloads (gru-count, held out,
 too); --arms runs some of the arms; --keep DIR keeps each run's directory there (its metrics.jsonl
 and summary.json: runs that `benchmarks.eta` replays). Writes benchmarks/results/retune.json
@@ -47,7 +47,7 @@ from omnitune.efficiency.tuner import Policy
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
-FULL = ("teacher-mlp", "shapes-resnet")
+FULL = ("teacher-mlp", "gru-count", "denoise-waves")
 QUICK = ("lenet-digits",)
 COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "changes", "lrs", "batches"]
 # What the run may change: everything at pauses; lr and momentum at pauses; nothing; or, with no
@@ -177,7 +177,7 @@ def main() -> None:
     elif args.only and not args.quick:        # the other workloads' rows of the last full run stay
         last = RESULTS / "retune.json"
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
-        rows = [r for r in kept if r["workload"] not in workloads] + rows
+        rows = [r for r in kept if r["workload"] in FULL and r["workload"] not in workloads] + rows
     print_rows("re-tuned, over rates only, pinned, and tuned in place (median s; a miss counts as the limit)", rows, COLUMNS)
     name = given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune"
     path = write_results(name, {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(

@@ -37,13 +37,16 @@ def test_the_eta_waits_for_readings_counts_down_to_the_target_and_is_zero_there(
 
 def test_readings_too_early_in_the_run_say_so_not_that_it_stalls():
     """Of four readings, the first at iteration 0, three lie past the first quarter of the
-    iterations: too few to fit a pace, which the note says (shapes-resnet's runs at a quarter of
-    their way read "no progress" while they climbed)."""
+    iterations: too few to fit a pace, or the curves and their backtest, which the note says
+    (shapes-resnet's runs at a quarter of their way read "no progress" while they climbed)."""
     climbing = [{"attempt": 0, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
-                 "test_accuracy": 1.0 - 0.5 * math.exp(-it / 1000)} for it in (0, 500, 1000, 1500, 2000)]
-    e = estimate(climbing[:4], 0.95)
+                 "test_accuracy": 1.0 - 0.5 * math.exp(-it / 1000)} for it in range(0, 4500, 500)]
+    e = estimate(climbing[:4], 0.95, model="pace")
     assert e.eta_s is None and e.note.startswith(f"fewer than {MIN_READINGS} readings")
-    assert estimate(climbing, 0.95).eta_s is not None       # a fourth one past it
+    assert estimate(climbing[:5], 0.95, model="pace").eta_s is not None       # a fourth one past it
+    e = estimate(climbing[:8], 0.95)
+    assert e.eta_s is None and e.note.startswith("fewer than 8 readings")
+    assert estimate(climbing, 0.95).eta_s is not None
 
 
 def test_the_eta_band_is_the_calibrated_share_of_the_training_left():

@@ -434,8 +434,10 @@ def _eta_recap(out_dir: Path, summary) -> str | None:
         return None
     band = "" if e["band_s"] is None else \
         f" (band {e['train_s'] + e['band_s'][0]:.0f}–{e['train_s'] + e['band_s'][1]:.0f}s)"
+    off = (e["train_s"] + e["eta_s"]) / summary.time_to_target_s - 1
     return (f"the ETA at {e['train_s']:.1f}s of training put the target at {e['train_s'] + e['eta_s']:.0f}s{band}; "
-            f"it came at {summary.time_to_target_s:.1f}s (eta.jsonl; `omnitune report {out_dir}` plots every estimate)")
+            f"it came at {summary.time_to_target_s:.1f}s, {abs(off):.0%} {'later' if off < 0 else 'earlier'} "
+            f"(eta.jsonl; `omnitune report {out_dir}` plots every estimate)")
 
 
 def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | None) -> None:

@@ -84,7 +84,7 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     a2.plot(t, [m["train_loss"] if m["train_loss"] is not None else np.nan for m in metrics], label="train loss")
     a2.set(xlabel="training time (s)", ylabel="loss", yscale="log", title="loss")
     a2.legend(fontsize=8)
-    plot_eta(a3, jsonl(run_dir / "eta.jsonl"), summary.time_to_target_s)
+    plot_eta(a3, jsonl(run_dir / "eta.jsonl"), summary.time_to_target_s, changes(lines))
     plot_tuning(a4, jsonl(run_dir / "replans.jsonl"), changes(lines), plan, summary.wall_s - summary.eval_s)
     fig.suptitle(f"{run_dir}: {summary.protocol}, {summary.processes} processes", fontsize=9)
     fig.tight_layout()
@@ -93,9 +93,10 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     return out
 
 
-def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
+def plot_eta(ax, etas: list[dict], actual_s: float | None, in_place: list[dict] = ()) -> None:
     """Each live estimate of the time to target (training so far + ETA, with its band), against
-    the time the run took."""
+    the time the run took; each change in place (metrics.jsonl's change rows) a dotted line, where
+    the ETA's curve starts a new segment."""
     shown = [e for e in etas if e.get("eta_s") is not None]
     if shown:
         x = [e["train_s"] for e in shown]
@@ -106,6 +107,8 @@ def plot_eta(ax, etas: list[dict], actual_s: float | None) -> None:
         ax.fill_between(x, lo, hi, alpha=0.2, label="band")
     if actual_s is not None:
         ax.axhline(actual_s, color="green", lw=0.8, label="actual")
+    for k, c in enumerate(in_place):
+        ax.axvline(c["train_s"], color="C3", lw=0.6, ls=":", label="change in place" if k == 0 else None)
     ax.set(xlabel="training time (s)", ylabel="seconds", title="live ETA" if shown else "live ETA (none recorded)")
     ax.legend(fontsize=8)
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from omnitune.core.change import changes
 from omnitune.core.target import Target, of
+import omnitune.efficiency.curves as curves
 import omnitune.efficiency.statmodel as statmodel
 
 MIN_READINGS = 4         # fewer readings fit no curve worth showing
 PACE_FROM = 0.75         # seconds per iteration over the training since this share of it
 BAND = (0.46, 4.8)       # the training left, actual over estimated: 10th and 90th percentiles (docs/decisions.md)
+DISCOUNT = 0.25          # a reading's weight before the run's last change, while too few readings follow it
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,15 @@ class Eta:
                 "eta_s": self.eta_s, "band_s": list(self.band_s) if self.band_s else None, "note": self.note}
 
 
-def estimate(lines: list[dict], target: Target | float, test_size: int | None = None) -> Eta | None:
+def estimate(lines: list[dict], target: Target | float, test_size: int | None = None, model: str = "curves",
+             band: tuple[float, float] = BAND) -> Eta | None:
     """The ETA from the readings of the run's current attempt (its last restart on); None before
-    MIN_READINGS of them. Reached: zero. `accuracy` is the readings' score (core/target.py)."""
+    MIN_READINGS of them. Reached: zero. `accuracy` is the readings' score (core/target.py).
+    `lines` may hold the run's changes in place (metrics.jsonl's "event": "change" rows): the
+    curves fit the readings since the last of them where there are enough to fit and backtest,
+    else all, those before it weighing DISCOUNT; the pace is the time since it. `model`:
+    "curves" (the ensemble) or "pace" (the recent pace alone, statmodel.pace_crossing), with the
+    band's factors of the training left."""
     target = of(target)
     mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
@@ -50,19 +59,47 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     now, it, acc = float(last["train_s"]), int(last["iteration"]), _score(target, last)
     if acc >= target.score:
         return Eta(now, it, acc, 0.0, (0.0, 0.0), "reached")
-    per_iter = _sec_per_iter(mine)
+    since = last_change(lines, mine)
+    per_iter = _sec_per_iter(mine, since)
     if per_iter is None:
         return Eta(now, it, acc, None, None, "no iterations between the readings")
-    curve = _curve(mine, target)
-    if len(statmodel.recent(*curve)[0]) < MIN_READINGS:
-        return Eta(now, it, acc, None, None, f"fewer than {MIN_READINGS} readings past the first "
-                   f"{statmodel.RECENT:.0%} of the iterations")
-    iters = statmodel.pace_crossing(*curve, target.score, None if target.on_loss else test_size)
-    if iters is None or iters > statmodel.TOO_FAR * it:
-        return Eta(now, it, acc, None, None, "no progress in the recent readings" if iters is None else
-                   f"the recent pace gets there past {statmodel.TOO_FAR:g} times the iterations so far")
-    left = max(0.0, (iters - it) * per_iter)
-    return Eta(now, it, acc, left, (left * BAND[0], left * BAND[1]), "at the recent pace", iters)
+    iters, scores = _curve(mine, target)
+    crossing, why = _crossing(model, iters, scores, target, since, test_size)
+    if crossing is None:
+        return Eta(now, it, acc, None, None, why)
+    if crossing > statmodel.TOO_FAR * it:
+        return Eta(now, it, acc, None, None, f"the curve gets there past {statmodel.TOO_FAR:g} times the "
+                   "iterations so far")
+    left = max(0.0, (crossing - it) * per_iter)
+    return Eta(now, it, acc, left, (left * band[0], left * band[1]), why, crossing)
+
+
+def _crossing(model: str, iters: list[int], scores: list[float], target: Target, since: int,
+              test_size: int | None) -> tuple[float | None, str]:
+    """The iteration where the model puts the target, and what the estimate says of it."""
+    if model == "pace":
+        if len(statmodel.recent(iters, scores)[0]) < MIN_READINGS:
+            return None, f"fewer than {MIN_READINGS} readings past the first {statmodel.RECENT:.0%} of the iterations"
+        x = statmodel.pace_crossing(iters, scores, target.score, None if target.on_loss else test_size)
+        return x, "at the recent pace" if x is not None else "no progress in the recent readings"
+    floor = 0.5 / test_size if test_size and not target.on_loss else 1e-12
+    errors = [max(1.0 - s, floor) for s in scores]
+    segment = [k for k, t in enumerate(iters) if t >= since]
+    if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
+        iters, errors = [iters[k] for k in segment], [errors[k] for k in segment]
+    f = curves.forecast(iters, errors, 1.0 - target.score, [1.0 if t >= since else DISCOUNT for t in iters])
+    if f is None:
+        return None, f"fewer than {2 * curves.MIN_POINTS} readings to fit and backtest"
+    if f.crossing is None:
+        return None, "not reached: the curve levels off short of the target"
+    return f.crossing, "on the curves' forecast"
+
+
+def last_change(lines: list[dict], mine: list[dict]) -> int:
+    """The iteration of the run's last change in place within its current attempt's readings
+    (0: none)."""
+    first, end = mine[0]["iteration"], mine[-1]["iteration"]
+    return max((int(c["iteration"]) for c in changes(lines) if first <= c.get("iteration", -1) <= end), default=0)
 
 
 def at_a_quarter(etas: list[dict], time_to_target_s: float) -> dict | None:
@@ -123,11 +160,11 @@ def _curve(mine: list[dict], target: Target) -> tuple[list[int], list[float]]:
     return [x["iteration"] for x in mine], [_score(target, x) for x in mine]
 
 
-def _sec_per_iter(mine: list[dict]) -> float | None:
-    """Seconds per iteration since PACE_FROM of the training so far (at least the last two
-    readings); None where no iteration passed."""
+def _sec_per_iter(mine: list[dict], change: int = 0) -> float | None:
+    """Seconds per iteration since PACE_FROM of the training so far, or since the last change
+    where that is later (at least the last two readings); None where no iteration passed."""
     now = float(mine[-1]["train_s"])
-    since = [x for x in mine if float(x["train_s"]) >= PACE_FROM * now]
+    since = [x for x in mine if float(x["train_s"]) >= PACE_FROM * now and x["iteration"] >= change]
     first = since[0] if len(since) >= 2 else mine[-2]
     span = mine[-1]["iteration"] - first["iteration"]
     return (now - float(first["train_s"])) / span if span > 0 else None
