@@ -43,7 +43,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import plan_quality
+from benchmarks import harness
 from benchmarks.common import Journal, print_rows, recorded, write_results
 from omnitune.core.protocols import Sync
 from omnitune.core.target import Target, from_fields
@@ -182,21 +182,21 @@ def is_plan_run(run_dir: Path) -> bool:
 
 def workload_of(run_dir: Path) -> str | None:
     """The workload a run directory's name starts with (plan_quality's, retune's and collect's names)."""
-    return next((n for n in sorted(plan_quality.WORKLOADS, key=len, reverse=True) if run_dir.name.startswith(n)), None)
+    return next((n for n in sorted(harness.WORKLOADS, key=len, reverse=True) if run_dir.name.startswith(n)), None)
 
 
 def collect(work: Path, seeds: tuple[int, ...]) -> None:
     """COLLECT's runs into `work`, seed by seed across each workload's configurations; a journal
     per workload (work/NAME.journal.jsonl) lets the same command go on where it was cut off."""
     for name, points in COLLECT.items():
-        b = plan_quality.WORKLOADS[name]
+        b = harness.WORKLOADS[name]
         journal = Journal(work / f"{name}.journal.jsonl")
-        prof, _, _ = plan_quality.journaled_profile(journal, name, b, False, work)
+        prof, _, _ = harness.journaled_profile(journal, name, b, False, work)
         one = prof.cluster.layouts.get("one-worker", prof.cluster.layouts["one-per-core"][:1])
-        specs = {f"{name}-b{batch}-lr{lr:g}": plan_quality.fixed_spec(
+        specs = {f"{name}-b{batch}-lr{lr:g}": harness.fixed_spec(
                      prof, b.spec(name), b.goal, Config("one-worker", Sync(), (one,), batch, lr, 0.9), b.cap_s)
                  for batch, lr in points}
-        plan_quality.interleaved(specs, work, b.cap_s, seeds, on_run=plan_quality.said, journal=journal)
+        harness.interleaved(specs, work, b.cap_s, seeds, on_run=harness.said, journal=journal)
 
 
 def goals(shares: list[dict], cost_s: float | None) -> dict:

@@ -51,8 +51,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.common import RESULTS, Journal, band_holds, print_rows, profile_planning_frac, recorded, write_results
-# eta.py reads WORKLOADS, fixed_spec, interleaved, journaled_profile and said from here, until it
-# moves to the harness.
 from benchmarks.harness import (PLAN_KEYS, SEEDS, WORKLOADS, Bench, describe_plan, fixed_spec, interleaved,
                                 journaled_profile, measure, planned_with, said)
 from omnitune import planning

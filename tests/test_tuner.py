@@ -8,7 +8,8 @@ from omnitune.core.change import Change, Knobs, Reason
 from omnitune.efficiency.tuner import Evaluation, Gradients, Policy, TrainLoss, largest_stable
 
 KNOBS = Knobs(0.1, 0.9, {"cpu0": 64})
-STILL = Policy(climb=1.0)          # no climbs: the other rules alone
+STILL = Policy()                    # no climbs (the default): the other rules alone
+CLIMBING = Policy(climb=2.0)
 
 
 def replay(tuner, readings, knobs=KNOBS):
@@ -53,7 +54,7 @@ def test_a_spike_that_recovers_within_persist_is_not_the_edge():
 
 
 def test_a_falling_loss_climbs_to_the_cap_and_no_further():
-    policy = Policy()
+    policy = CLIMBING
     made, knobs = replay(policy.start(KNOBS, 0.9), falling_then(10**9, 20_000))
     assert [c.why for _, c in made] == [Reason.CLIMB] * 2            # 2 and 4 times: climb_most
     assert knobs.lr == pytest.approx(KNOBS.lr * policy.climb_most)
@@ -62,7 +63,7 @@ def test_a_falling_loss_climbs_to_the_cap_and_no_further():
 
 
 def test_a_climb_over_the_edge_goes_back_to_the_rate_before_it_and_climbs_no_more():
-    tuner = Policy().start(KNOBS, 0.9)
+    tuner = CLIMBING.start(KNOBS, 0.9)
     made, knobs = replay(tuner, falling_then(1000, 6400))      # the loss rises after the first climbs
     whys = [c.why for _, c in made]
     assert Reason.UNSTABLE in whys and whys.index(Reason.UNSTABLE) > 0

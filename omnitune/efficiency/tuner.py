@@ -15,10 +15,11 @@ and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
                   for `persist` iterations, or going past `sudden` times it, is the edge of
                   stability (a spike that recovers is not): the rate is cut by `cut`, and no later change of this tuner's raises it
                   past `ceiling` times the rate that went over the edge.
-    climb         until the run first meets that edge, a rate whose loss average still falls
-                  over `climb_every` iterations is multiplied by `climb` (at most to `climb_most`
-                  times the rate the run began with): a range test (Smith 2017) read on the run
-                  itself, which ends a climb's step over the edge at the rate before it.
+    climb         (off by default: docs/decisions.md, tuner.Policy) until the run first meets
+                  that edge, a rate whose loss average still falls over `climb_every` iterations
+                  is multiplied by `climb` (at most to `climb_most` times the rate the run began
+                  with): a range test (Smith 2017) read on the run itself, which ends a climb's
+                  step over the edge at the rate before it.
     cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
                   its way to the target, or the rate in force has done what it can (the loss
                   average has made no new lowest over `plateau_share` of the iterations so far,
@@ -97,7 +98,7 @@ class Policy:
     noise_ema: float = 0.02     # each step's noise readings weigh this much in their averages
     cool_steps: int = 8         # a cool-down's linear decay, as this many changes in place
     persist: int = 100          # iterations the loss stays over `unstable` times its lowest to be the edge
-    climb: float = 2.0          # a rate whose loss still falls is multiplied by this (1: never)
+    climb: float = 1.0          # a rate whose loss still falls is multiplied by this (1: never, the default)
     climb_every: int = 200      # iterations over which the loss must fall, after a change settles
     climb_most: float = 4.0     # the climbs' most, over the rate the run began with
     sudden: float = 2.0         # a loss average past this times its lowest is the edge at once
