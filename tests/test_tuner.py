@@ -106,17 +106,27 @@ def merged(*streams):
     return sorted((r for s in streams for r in s), key=lambda r: (r.iteration, isinstance(r, Evaluation)))
 
 
-def test_a_cool_down_that_ends_short_of_the_target_keeps_its_last_rate_and_decays_again_on_a_plateau():
-    policy = Policy(cool_down=True, climb=1.0)
+def test_a_cool_down_begun_near_the_target_that_ends_short_goes_back_to_the_stable_rate():
+    policy = Policy(cool_down=True)
     tuner = policy.start(KNOBS, 0.95)
-    stuck = accuracy_curve(2900) + [Evaluation(t, 0.93) for t in range(2900, 12000, 50)]
-    made, knobs = replay(tuner, merged(stuck, flat_loss(2900, 12000)))
+    stuck = accuracy_curve(2900) + [Evaluation(t, 0.93) for t in range(2900, 6000, 50)]
+    made, knobs = replay(tuner, stuck)                # no loss readings: no plateau
+    assert [c.lr for _, c in made if c.lr == KNOBS.lr], "never went back to the stable rate"
+    assert knobs.lr == KNOBS.lr and tuner.cool_from >= 2 * made[0][0]
+
+
+def test_a_plateaus_cool_down_that_ends_short_keeps_its_last_rate_and_decays_again_on_the_next():
+    policy = Policy(cool_down=True)
+    tuner = policy.start(KNOBS, 0.99)                 # far: only plateaus start cool-downs
+    flat = [Evaluation(t, 0.6) for t in range(50, 20000, 50)]
+    made, knobs = replay(tuner, merged(flat, flat_loss(1000, 20000)))
     rates = [c.lr for _, c in made]
     assert rates == sorted(rates, reverse=True), "a cool-down went back up"
     first_end = next(t for t, c in made if c.lr == pytest.approx(KNOBS.lr * policy.cool_floor))
     again = [t for t, c in made if t > first_end and c.lr < KNOBS.lr * policy.cool_floor]
     assert again, "no second step down"
-    assert again[0] >= 2900 / (1 - policy.plateau_share) - 100       # a whole plateau after the loss stopped
+    assert again[0] >= first_end / (1 - policy.plateau_share) - 100      # a whole plateau after the first
+    assert min(rates) == pytest.approx(KNOBS.lr * policy.cool_floor ** policy.plateau_decays)   # and no further
 
 
 def test_a_loss_that_stops_falling_far_from_its_target_cools_down_and_a_flat_score_alone_does_not():

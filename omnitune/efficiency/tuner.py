@@ -13,8 +13,9 @@ Rules, each reading the run itself rather than a side probe (short readings favo
 and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
     stability     the average staying past `unstable` times its lowest since the last change
                   for `persist` iterations, or going past `sudden` times it, is the edge of
-                  stability (a spike that recovers is not): the rate is cut by `cut`, and no later change of this tuner's raises it
-                  past `ceiling` times the rate that went over the edge.
+                  stability (a spike that recovers is not): the rate is cut by `cut`, and no
+                  later change of this tuner's raises it past `ceiling` times the rate that
+                  went over the edge.
     climb         (off by default: docs/decisions.md, tuner.Policy) until the run first meets
                   that edge, a rate whose loss average still falls over `climb_every` iterations
                   is multiplied by `climb` (at most to `climb_most` times the rate the run began
@@ -26,9 +27,11 @@ and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
                   since the last change settled), the rate decays linearly to `cool_floor` of
                   itself in `cool_steps` steps, over `cool_share / (1 - cool_share)` of the
                   iterations so far: a warmup-stable-decay schedule's last part (Hägele et al.
-                  2024), which no constant rate has. A cool-down that ends short of the target
-                  keeps its last rate (a step decay); the next starts on a plateau, or near the
-                  target at twice the iterations the last began at.
+                  2024), which no constant rate has. A plateau's cool-down that ends short of
+                  the target keeps its floor (a step decay; at most `plateau_decays` of them);
+                  one begun near the target goes back to the stable rate (the target was not
+                  near). The next starts on a plateau, or near the target at twice the
+                  iterations the last began at.
     goodput       the gradient noise scale phi from the workers' gradients (McCandlish et al.
                   2018; efficiency/goodput.py), averaged over the steps: every `goodput_every`
                   iterations the batch goes to the total of `speeds` (samples a second at each
@@ -103,6 +106,7 @@ class Policy:
     climb_most: float = 4.0     # the climbs' most, over the rate the run began with
     sudden: float = 2.0         # a loss average past this times its lowest is the edge at once
     plateau_share: float = 0.25  # of the iterations so far, a stretch with no new lowest loss: a plateau
+    plateau_decays: int = 2     # the most plateaus' cool-downs that end short (the rate to cool_floor^2)
 
     def __post_init__(self):
         if not self.unstable > 1:
@@ -129,8 +133,9 @@ class Tuner:
         self.lowest_at = None                # the iteration of the loss's lowest since the last change
         self.climb_at, self.climb_loss = policy.climb_every, None     # the next climb's check, and the loss at the last
         self.curve: list[tuple[int, float]] = []
-        self.cooling: tuple[int, int] | None = None     # (first iteration, length) of a cool-down
-        self.cool_from = 0                   # no cool-down starts before this iteration
+        self.cooling: tuple[int, int, bool] | None = None   # (first iteration, length, on a plateau) of a cool-down
+        self.cool_from = 0                   # no cool-down starts near the target before this iteration
+        self.decays = 0                      # plateaus' cool-downs that ended short (step decays)
         self.trace = self.g2 = None          # averages of tr(Sigma) and |G|^2 (goodput.py's notation)
         self.noise_readings, self.goodput_at = 0, 0
 
@@ -182,18 +187,21 @@ class Tuner:
         if self.cooling is None:
             if self.target is None or len(self.curve) < 4:
                 return None
-            if not ((iteration >= self.cool_from and self._near(p)) or self._plateau(iteration)):
+            plateau = self.decays < p.plateau_decays and self._plateau(iteration)
+            if not (plateau or (iteration >= self.cool_from and self._near(p))):
                 return None
-            self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))))
-        first, length = self.cooling
+            self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))), plateau)
+        first, length, plateau = self.cooling
         step = min(p.cool_steps, (iteration - first) * p.cool_steps // length + 1)
         lr = self.stable_lr * (1 - (1 - p.cool_floor) * step / p.cool_steps)
-        if iteration - first >= length:          # over, short of the target: the last rate stays
-            self.cooling, self.cool_from = None, 2 * first
-            self.stable_lr = knobs.lr
-            self._changed(iteration, None)
-            return None
-        return Change(lr=lr, why=Reason.COOL_DOWN) if lr < knobs.lr * (1 - 1e-9) else None
+        if iteration - first < length:
+            return Change(lr=lr, why=Reason.COOL_DOWN) if lr < knobs.lr * (1 - 1e-9) else None
+        self.cooling, self.cool_from = None, 2 * first           # over, short of the target
+        if plateau:                              # the rate had done what it could: the floor stays
+            self.stable_lr, self.decays = self.stable_lr * p.cool_floor, self.decays + 1
+            return self._changed(iteration, Change(lr=self.stable_lr, why=Reason.COOL_DOWN)
+                                 if self.stable_lr < knobs.lr * (1 - 1e-9) else None)
+        return self._changed(iteration, Change(lr=self.stable_lr, why=Reason.COOL_DOWN))   # not near after all
 
     def _near(self, p: Policy) -> bool:
         """Whether the recent pace puts the run `1 - cool_share` of its way to the target."""
