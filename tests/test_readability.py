@@ -109,3 +109,33 @@ def test_the_scan_sees_comments_and_docstrings_but_not_code(tmp_path):
         '"""An attribute\'s docstring: denoise-waves."""\n')
     assert workloads_named(tmp_path) == ["m.py:1: gru-count", "m.py:2: shapes-resnet",
                                          "m.py:7: denoise-waves"]
+
+
+DESIGN_FREE = ("workloads", "cli")     # a workload's own constants, the commands' display settings
+
+
+def numeric_constants(root: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(PATH:LINE, NAME) of every module-level UPPER_CASE name bound to a number or a tuple of
+    numbers in `root` (outside DESIGN_FREE)."""
+    def numeric(v) -> bool:
+        return ((isinstance(v, ast.Constant) and isinstance(v.value, (int, float)) and not isinstance(v.value, bool))
+                or (isinstance(v, ast.UnaryOp) and numeric(v.operand))
+                or (isinstance(v, ast.BinOp) and numeric(v.left) and numeric(v.right))
+                or (isinstance(v, ast.Tuple) and bool(v.elts) and all(map(numeric, v.elts))))
+    out = []
+    for file in sorted(root.rglob("*.py")):
+        path = file.relative_to(root).as_posix()
+        if path.split("/")[0] in DESIGN_FREE:
+            continue
+        for node in ast.parse(file.read_text()).body:
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AnnAssign) else [])
+            if targets and node.value is not None and numeric(node.value):
+                out += [(f"{path}:{node.lineno}", t.id) for t in targets if isinstance(t, ast.Name) and t.id.isupper()]
+    return out
+
+
+def test_every_numeric_constant_has_a_line_in_the_decision_records():
+    records = (PACKAGE.parent / "docs" / "decisions.md").read_text()
+    missing = [f"{where} {name}" for where, name in numeric_constants() if not re.search(rf"\b{name}\b", records)]
+    assert not missing, f"docs/decisions.md names no record or design line for: {missing}"
