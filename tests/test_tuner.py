@@ -85,7 +85,7 @@ def accuracy_curve(until: int, every: int = 50, rate: float = 1e-3):
 
 
 def test_near_its_target_the_run_cools_down_in_steps_to_the_floor():
-    policy = Policy(cool_down=True, climb=1.0)
+    policy = Policy(cool_down=True)
     tuner = policy.start(KNOBS, 0.95)
     made, knobs = replay(tuner, accuracy_curve(2900))         # the pace reaches 0.95 at about 2,800
     assert made, "no cool-down"
@@ -115,26 +115,39 @@ def test_a_cool_down_begun_near_the_target_that_ends_short_goes_back_to_the_stab
     assert knobs.lr == KNOBS.lr and tuner.cool_from >= 2 * made[0][0]
 
 
+def over_the_edge(tuner, knobs=KNOBS):
+    """The tuner after the loss went over the edge once (a cut, a ceiling): the knobs after it."""
+    made, knobs = replay(tuner, [TrainLoss(t, 1.0) for t in range(10, 200, 10)] + [TrainLoss(200, 3.0)], knobs)
+    assert [c.why for _, c in made] == [Reason.UNSTABLE]
+    return knobs
+
+
 def test_a_plateaus_cool_down_that_ends_short_keeps_its_last_rate_and_decays_again_on_the_next():
     policy = Policy(cool_down=True)
     tuner = policy.start(KNOBS, 0.99)                 # far: only plateaus start cool-downs
-    flat = [Evaluation(t, 0.6) for t in range(50, 20000, 50)]
-    made, knobs = replay(tuner, merged(flat, flat_loss(1000, 20000)))
+    start = over_the_edge(tuner)
+    flat = [Evaluation(t, 0.6) for t in range(250, 20000, 50)]
+    made, knobs = replay(tuner, merged(flat, flat_loss(1000, 20000)[4:]), start)
+    KNOBS_AFTER = start
     rates = [c.lr for _, c in made]
     assert rates == sorted(rates, reverse=True), "a cool-down went back up"
-    first_end = next(t for t, c in made if c.lr == pytest.approx(KNOBS.lr * policy.cool_floor))
-    again = [t for t, c in made if t > first_end and c.lr < KNOBS.lr * policy.cool_floor]
+    first_end = next(t for t, c in made if c.lr == pytest.approx(KNOBS_AFTER.lr * policy.cool_floor))
+    again = [t for t, c in made if t > first_end and c.lr < KNOBS_AFTER.lr * policy.cool_floor]
     assert again, "no second step down"
     assert again[0] >= first_end / (1 - policy.plateau_share) - 100      # a whole plateau after the first
-    assert min(rates) == pytest.approx(KNOBS.lr * policy.cool_floor ** policy.plateau_decays)   # and no further
+    assert min(rates) == pytest.approx(KNOBS_AFTER.lr * policy.cool_floor ** policy.plateau_decays)   # no further
 
 
-def test_a_loss_that_stops_falling_far_from_its_target_cools_down_and_a_flat_score_alone_does_not():
-    policy = Policy(cool_down=True, climb=1.0)
-    flat_score = [Evaluation(t, 0.6) for t in range(50, 4000, 50)]
-    falling = [TrainLoss(t, 1.0 / math.sqrt(t)) for t in range(50, 4000, 50)]
-    assert replay(policy.start(KNOBS, 0.95), merged(flat_score, falling))[0] == []
-    made, _ = replay(policy.start(KNOBS, 0.95), merged(flat_score, flat_loss(1000, 4000)))
+def test_past_the_edge_a_loss_that_stops_falling_cools_down_and_below_it_or_with_a_flat_score_alone_not():
+    policy = Policy(cool_down=True)
+    flat_score = [Evaluation(t, 0.6) for t in range(250, 4000, 50)]
+    falling = [TrainLoss(t, 1.0 / math.sqrt(t)) for t in range(250, 4000, 50)]
+    tuner = policy.start(KNOBS, 0.95)
+    assert replay(tuner, merged(flat_score, falling), over_the_edge(tuner))[0] == []
+    below = merged([Evaluation(t, 0.6) for t in range(50, 4000, 50)], flat_loss(1000, 4000))
+    assert replay(policy.start(KNOBS, 0.95), below)[0] == []             # no edge met: a slow phase, kept
+    tuner = policy.start(KNOBS, 0.95)
+    made, _ = replay(tuner, merged(flat_score, flat_loss(1000, 4000)[4:]), over_the_edge(tuner))
     assert made and all(c.why == Reason.COOL_DOWN for _, c in made)
     assert made[0][0] >= 1000 / (1 - policy.plateau_share) - 50
 
@@ -186,7 +199,7 @@ def test_without_speeds_the_noise_scale_is_read_but_changes_nothing():
 
 def test_the_goodput_rate_stays_under_the_stability_ceiling():
     knobs = Knobs(0.1, 0.9, {"a": 32, "b": 32})
-    tuner = Policy(speeds=SPEEDS, climb=1.0).start(knobs, 0.9)
+    tuner = Policy(speeds=SPEEDS).start(knobs, 0.9)
     made, knobs = replay(tuner, falling_then(640, 1400), knobs)            # the rate was cut: a ceiling
     assert made and tuner.ceiling < 0.1
     made, _ = replay(tuner, [Gradients(2000 + g.iteration, g.small, g.big, g.b_small, g.b_big)

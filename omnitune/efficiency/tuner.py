@@ -22,9 +22,12 @@ and cannot see the edge of stability a thousand updates on: Wu et al. 2018):
                   with): a range test (Smith 2017) read on the run itself, which ends a climb's
                   step over the edge at the rate before it.
     cool-down     once the recent pace (statmodel.pace_share) puts the run `1 - cool_share` of
-                  its way to the target, or the rate in force has done what it can (the loss
-                  average has made no new lowest over `plateau_share` of the iterations so far,
-                  since the last change settled), the rate decays linearly to `cool_floor` of
+                  its way to the target, or, after the run met the edge of stability, the rate in
+                  force has done what it can (the loss average has made no new lowest over
+                  `plateau_share` of the iterations so far, since the last change settled: near
+                  the edge a plateau is the rate's noise floor; below any edge met it may be a
+                  slow phase of the problem's own, which a lower rate only lengthens), the rate
+                  decays linearly to `cool_floor` of
                   itself in `cool_steps` steps, over `cool_share / (1 - cool_share)` of the
                   iterations so far: a warmup-stable-decay schedule's last part (Hägele et al.
                   2024), which no constant rate has. A plateau's cool-down that ends short of
@@ -187,7 +190,7 @@ class Tuner:
         if self.cooling is None:
             if self.target is None or len(self.curve) < 4:
                 return None
-            plateau = self.decays < p.plateau_decays and self._plateau(iteration)
+            plateau = self.ceiling < math.inf and self.decays < p.plateau_decays and self._plateau(iteration)
             if not (plateau or (iteration >= self.cool_from and self._near(p))):
                 return None
             self.cooling = (iteration, max(p.cool_steps, round(iteration * p.cool_share / (1 - p.cool_share))), plateau)
