@@ -13,9 +13,10 @@ truth is the time the run reached it (its summary's `time_to_target_s`, evaluati
 the ETA's clock). A run whose readings up to then give no estimate counts as "no estimate", and
 one whose band has no top as "no band": neither has held.
 
-Two models side by side, each with its own band: "curves", the ensemble of curve families
+Three models side by side, each with its own band: "curves", the ensemble of curve families
 (efficiency/curves.py: exponential, power law, power law to a floor, weighted by how each
-forecast the curve's own last third), and "pace", the recent pace alone (the ETA before it).
+forecast the curve's own last third), "curves-recent", the same on the readings past the first
+quarter of the iterations, and "pace", the recent pace alone (the ETA before them).
 Each band's factors are the 10th and 90th percentiles of the training actually left over the
 estimated, at every twentieth of each DEVELOP workload's run (`calibration`); the held-out
 workloads' runs (every other workload: shapes-resnet, gru-count, denoise-waves), in no
@@ -52,7 +53,7 @@ from omnitune.planning import Config
 from omnitune.runtime import summary as summary_mod
 
 SHARES = (0.25, 0.5)          # of the run's time to target at which the ETA is read
-MODELS = ("curves", "pace")   # the first is eta.estimate's own: its fields are unprefixed
+MODELS = ("curves", "curves-recent", "pace")   # the first is eta.estimate's own: its fields are unprefixed
 GOALS = {"median_error_0.25": 0.15, "held_share_0.25": 0.80, "median_width_0.25": 2.5, "median_error_0.5": 0.10,
          "cost_share": 0.01}
 QUICK_RUNS = 4
@@ -65,7 +66,7 @@ COLLECT = {"lenet-digits": ((16, 0.01), (64, 0.03)), "cnn1d-mnist1d": ((16, 0.01
            "denoise-waves": ((64, 0.1), (64, 0.03))}
 DEVELOP = ("lenet-digits", "cnn1d-mnist1d", "teacher-mlp", "charlm-stdlib")   # the bands are calibrated on these
 COLUMNS = ["run", "time_to_target_s", "at_0.25_s", "predicted_0.25_s", "ratio_0.25", "band_0.25", "holds_0.25",
-           "pace_ratio_0.25", "ratio_0.5", "pace_ratio_0.5"]
+           "curves-recent_ratio_0.25", "pace_ratio_0.25", "ratio_0.5", "pace_ratio_0.5"]
 
 
 def run_dirs(roots: list[Path]) -> list[Path]:

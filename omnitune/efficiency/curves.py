@@ -10,9 +10,10 @@ on log e:
     floor         e = c + exp(a) t^b          a power law down to a floor c >= 0 (pow3, Domhan
                                               et al. 2015), c on a grid below the lowest reading
 
-Each family weighs the inverse of its mean squared log error forecasting the curve's last
-`HELD_BACK` from the readings before it (a backtest: how a family extrapolates, not how it fits),
-and the ensemble's crossing is the weighted mean of the families' log crossings. A family whose
+Each family weighs the likelihood of its errors forecasting the curve's last `HELD_BACK` from the
+readings before it (a backtest: how a family extrapolates, not how it fits), Gaussian with the
+best whole fit's residual variance; the ensemble's crossing is the weighted mean of the
+families' log crossings. A family whose
 curve levels off above the target, or rises, has no crossing; where those families hold half the
 weight or more the curve says "not reached".
 """
@@ -89,6 +90,15 @@ def _line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
+def likelihoods(scores: dict[str, float], noise: float, n: int) -> dict[str, float]:
+    """Each family's weight: the likelihood of its forecast errors over the `n` held-back
+    readings, as Gaussian with the variance `noise` (the best fit's own residuals), normalised."""
+    best = min(scores.values())
+    raw = {f: math.exp(-0.5 * n * (s - best) / noise) for f, s in scores.items()}
+    total = sum(raw.values())
+    return {f: x / total for f, x in raw.items()}
+
+
 def forecast(t, e, level: float, w=None) -> Forecast | None:
     """The ensemble's crossing of `level` by readings (t, e) with weights w; None where a family
     cannot be backtested (too few readings before or in the held-back part)."""
@@ -101,7 +111,7 @@ def forecast(t, e, level: float, w=None) -> Forecast | None:
     before = t <= t.min() + (t.max() - t.min()) * (1 - HELD_BACK)
     if before.sum() < MIN_POINTS or (~before).sum() < 2:
         return None
-    scores, crossings = {}, {}
+    scores, crossings, noise = {}, {}, math.inf
     for family in FAMILIES:
         early = fit(family, t[before], e[before], w[before])
         whole = fit(family, t, e, w)
@@ -110,11 +120,10 @@ def forecast(t, e, level: float, w=None) -> Forecast | None:
         miss = early.log_error(t[~before]) - np.log(e[~before])
         scores[family] = float(np.average(miss ** 2, weights=w[~before]))
         crossings[family] = whole.crossing(level)
+        noise = min(noise, float(np.average((whole.log_error(t) - np.log(e)) ** 2, weights=w)))
     if not scores:
         return None
-    inverse = {f: 1.0 / (s + 1e-6) for f, s in scores.items()}
-    total = sum(inverse.values())
-    weights = {f: x / total for f, x in inverse.items()}
+    weights = likelihoods(scores, max(noise, 1e-6), int((~before).sum()))
     never = sum(weights[f] for f, x in crossings.items() if x is None or not math.isfinite(x))
     if never >= 0.5:
         return Forecast(None, weights, crossings, never)

@@ -49,8 +49,9 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     `lines` may hold the run's changes in place (metrics.jsonl's "event": "change" rows): the
     curves fit the readings since the last of them where there are enough to fit and backtest,
     else all, those before it weighing DISCOUNT; the pace is the time since it. `model`:
-    "curves" (the ensemble) or "pace" (the recent pace alone, statmodel.pace_crossing), with the
-    band's factors of the training left."""
+    "curves" (the ensemble), "curves-recent" (the ensemble on the readings past the first
+    statmodel.RECENT of the iterations) or "pace" (the recent pace alone, statmodel.pace_crossing),
+    with the band's factors of the training left."""
     target = of(target)
     mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
@@ -87,6 +88,9 @@ def _crossing(model: str, iters: list[int], scores: list[float], target: Target,
     segment = [k for k, t in enumerate(iters) if t >= since]
     if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
         iters, errors = [iters[k] for k in segment], [errors[k] for k in segment]
+    if model == "curves-recent":             # past the first RECENT of the iterations, as the pace reads
+        recent = [k for k, t in enumerate(iters) if t >= statmodel.RECENT * max(iters)]
+        iters, errors = [iters[k] for k in recent], [errors[k] for k in recent]
     f = curves.forecast(iters, errors, 1.0 - target.score, [1.0 if t >= since else DISCOUNT for t in iters])
     if f is None:
         return None, f"fewer than {2 * curves.MIN_POINTS} readings to fit and backtest"
