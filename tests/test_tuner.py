@@ -73,6 +73,13 @@ def test_a_climb_over_the_edge_goes_back_to_the_rate_before_it_and_climbs_no_mor
     assert knobs.lr <= tuner.ceiling
 
 
+def test_the_first_readings_of_a_run_are_no_reference_for_the_edge():
+    """A run from a checkpoint (iteration 466) whose first average is one lucky minibatch (half the
+    loss that follows): no cut, where judged against that reading the loss reads twice its lowest."""
+    lucky = [TrainLoss(466, 0.157)] + [TrainLoss(t, 0.31 - 0.00001 * (t - 466)) for t in range(543, 3000, 80)]
+    assert replay(STILL.start(KNOBS, 0.9), lucky)[0] == []
+
+
 def test_a_loss_that_is_not_finite_is_left_to_the_divergence_pause():
     made, _ = replay(Policy().start(KNOBS, 0.9), [TrainLoss(64, 1.0), TrainLoss(128, math.inf),
                                                   TrainLoss(192, math.nan)])

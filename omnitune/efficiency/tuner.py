@@ -94,6 +94,7 @@ class Policy:
     cut: float = 0.5            # an unstable rate is multiplied by this
     ceiling: float = 0.5        # of the rate that went unstable: the most a later change gives back
     settle: int = 50            # iterations after a change before the loss is judged again
+    warmup: int = 100           # iterations after the first loss reading before it is judged (DIVERGE_WARMUP)
     cool_down: bool = False     # decay the rate when the target is near
     cool_share: float = 0.15    # of the run's predicted iterations, the cool-down's length
     cool_floor: float = 0.1     # the rate's share at the cool-down's end
@@ -134,6 +135,7 @@ class Tuner:
         self.climb_most = knobs.lr * policy.climb_most
         self.lowest, self.quiet_until, self.over_since = math.inf, 0, None
         self.lowest_at = None                # the iteration of the loss's lowest since the last change
+        self.first_at = None                 # the iteration of the first loss reading
         self.climb_at, self.climb_loss = policy.climb_every, None     # the next climb's check, and the loss at the last
         self.curve: list[tuple[int, float]] = []
         self.cooling: tuple[int, int, bool] | None = None   # (first iteration, length, on a plateau) of a cool-down
@@ -152,6 +154,9 @@ class Tuner:
 
     def _stability(self, loss: TrainLoss, knobs: Knobs) -> Change | None:
         p = self.policy
+        if self.first_at is None:            # the average's first readings are of few minibatches
+            self.first_at = loss.iteration
+            self.quiet_until = max(self.quiet_until, loss.iteration + p.warmup)
         if loss.iteration < self.quiet_until or not math.isfinite(loss.average):
             return None         # a loss that is not finite is a divergence: the monitor's, answered by a pause
         if loss.average < self.lowest:
