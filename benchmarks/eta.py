@@ -1,7 +1,7 @@
 """Does the live ETA tell a run's time to target early? Replayed on real runs' readings.
 
     python -m benchmarks.eta DIR [DIR ...] [--quick]
-    python -m benchmarks.eta --collect DIR [--seeds N]
+    python -m benchmarks.eta --collect DIR [--seeds N] [--only NAME ...]
 
 `omnitune run` re-fits its time to target as test readings arrive (efficiency/eta.py) and shows
 it with a band. This benchmark replays that estimate on finished runs: every run directory under
@@ -29,8 +29,8 @@ the fitting's cost under 1% of the run (the live thread fits at most once every 
 seconds: the largest fit's CPU time over that).
 --quick: the first 4 runs found. Writes benchmarks/results/eta.json (eta-quick.json with --quick).
 
-`--collect DIR` makes runs to replay: on each workload of COLLECT, one worker at the batches and
-rates listed (ones that reached the target within the cap in plan_quality's screening), seeds
+`--collect DIR [--only NAME ...]` makes runs to replay: on each workload of COLLECT (or those
+named), one worker at the batches and rates listed (ones that reached the target within the cap in plan_quality's screening), seeds
 interleaved, each to plan_quality's cap for the workload.
 """
 
@@ -186,10 +186,13 @@ def workload_of(run_dir: Path) -> str | None:
     return next((n for n in sorted(harness.WORKLOADS, key=len, reverse=True) if run_dir.name.startswith(n)), None)
 
 
-def collect(work: Path, seeds: tuple[int, ...]) -> None:
-    """COLLECT's runs into `work`, seed by seed across each workload's configurations; a journal
-    per workload (work/NAME.journal.jsonl) lets the same command go on where it was cut off."""
+def collect(work: Path, seeds: tuple[int, ...], only: tuple[str, ...] = ()) -> None:
+    """COLLECT's runs (of the workloads `only` names, or all) into `work`, seed by seed across
+    each workload's configurations; a journal per workload (work/NAME.journal.jsonl) lets the
+    same command go on where it was cut off."""
     for name, points in COLLECT.items():
+        if only and name not in only:
+            continue
         b = harness.WORKLOADS[name]
         journal = Journal(work / f"{name}.journal.jsonl")
         prof, _, _ = harness.journaled_profile(journal, name, b, False, work)
@@ -221,12 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--collect", type=Path, metavar="DIR", help="make the runs to replay in DIR (kept), "
                         "then replay them")
     parser.add_argument("--seeds", type=int, default=2, help="with --collect: seeds 1 to this (default 2)")
+    parser.add_argument("--only", action="append", choices=sorted(COLLECT), help="with --collect: this "
+                        "workload's runs only (repeatable)")
     args = parser.parse_args(argv)
     if args.collect is not None:
         if args.seeds < 1:
             parser.error(f"--seeds must be at least 1, got {args.seeds}")
         args.collect.mkdir(parents=True, exist_ok=True)
-        collect(args.collect.resolve(), tuple(range(1, args.seeds + 1)))
+        collect(args.collect.resolve(), tuple(range(1, args.seeds + 1)), tuple(args.only or ()))
         args.dirs = [*args.dirs, args.collect]
     if not args.dirs:
         parser.error("give folders of finished runs, or --collect DIR")
