@@ -34,36 +34,37 @@ def test_a_curve_that_levels_off_above_its_target_is_not_reached():
     """error = 0.1 + 1/t never reaches 0.05: the estimate says so, with no ETA."""
     t = np.arange(100, 2001, 100.0)
     assert curves.forecast(t, 0.1 + 1 / t, 0.05).crossing is None
-    e = estimate(lines(t, 1 - (0.1 + 1 / t)), 0.95)
+    e = estimate(lines(t, 1 - (0.1 + 1 / t)), 0.95, model="curves")
     assert e.eta_s is None and e.note.startswith("not reached")
 
 
 def test_after_a_change_of_rate_the_curve_since_it_decides():
     """Until iteration 2,000 the error falls as exp(-t/4000); from there, at twice the rate, twice
     as fast (exp(-t/2000)), reaching 0.05 at 2,000 + 2,000 ln(0.61/0.05 ... ), about 6,000. With the
-    change row, the readings before it weigh DISCOUNT and the ETA lands within 15%; read as one
-    curve, it is later. Fails if the change rows are not read."""
+    change row, the readings since it decide (the pace's and the ensemble's ETA land within 15%);
+    read as one curve, it is later. Fails if the change rows are not read."""
     before = np.arange(100, 2001, 100.0)
     after = np.arange(2100, 3001, 100.0)
     e0 = np.exp(-before / 4000)
     e1 = np.exp(-2000 / 4000) * np.exp(-(after - 2000) / 2000)
     t, err = np.concatenate([before, after]), np.concatenate([e0, e1])
     truth = 2000 + 2000 * math.log(math.exp(-0.5) / 0.05)
-    with_change = estimate(lines(t, 1 - err, changes=(2000,)), 0.95)
-    as_one = estimate(lines(t, 1 - err), 0.95)
-    assert with_change.iters_to_target == pytest.approx(truth, rel=0.15)
-    assert abs(as_one.iters_to_target / truth - 1) > abs(with_change.iters_to_target / truth - 1)
+    for model in ("pace", "curves"):
+        with_change = estimate(lines(t, 1 - err, changes=(2000,)), 0.95, model=model)
+        as_one = estimate(lines(t, 1 - err), 0.95, model=model)
+        assert with_change.iters_to_target == pytest.approx(truth, rel=0.15)
+        assert abs(as_one.iters_to_target / truth - 1) > abs(with_change.iters_to_target / truth - 1)
 
 
 def test_a_fit_of_a_long_run_costs_under_a_percent_of_the_live_threads_interval():
-    """The live thread fits at most every 2 s (cli/commands.py ETA_EVERY_S): a fit of 400
-    noisy readings must take under 20 ms of CPU."""
+    """The live thread fits at most every 2 s (cli/commands.py ETA_EVERY_S): a fit of the
+    ensemble (the costlier model) on 400 noisy readings must take under 20 ms of CPU."""
     rng = np.random.default_rng(0)
     t = np.arange(50, 20_001, 50.0)
     acc = 1 - (0.02 + 0.5 * t ** -0.4) * np.exp(rng.normal(0, 0.05, len(t)))
     rows = lines(t, acc)
-    estimate(rows, 0.99)
+    estimate(rows, 0.99, model="curves")
     began = time.process_time()
     for _ in range(10):
-        estimate(rows, 0.99)
+        estimate(rows, 0.99, model="curves")
     assert (time.process_time() - began) / 10 < 0.020

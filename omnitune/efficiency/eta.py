@@ -1,5 +1,6 @@
 """A run's live ETA: its time to target re-fitted from the accuracy readings so far. Pure: it
-reads metrics lines as dicts.
+reads metrics lines as dicts. The estimate's model is the recent pace; the curve ensemble
+(efficiency/curves.py) is the candidate `benchmarks.eta` replays beside it.
 
 The estimate is the recent pace (statmodel.pace_crossing: log error falling linearly in the
 iterations, over the readings past the first quarter of them), times the seconds per iteration
@@ -42,16 +43,17 @@ class Eta:
                 "eta_s": self.eta_s, "band_s": list(self.band_s) if self.band_s else None, "note": self.note}
 
 
-def estimate(lines: list[dict], target: Target | float, test_size: int | None = None, model: str = "curves",
+def estimate(lines: list[dict], target: Target | float, test_size: int | None = None, model: str = "pace",
              band: tuple[float, float] = BAND) -> Eta | None:
     """The ETA from the readings of the run's current attempt (its last restart on); None before
     MIN_READINGS of them. Reached: zero. `accuracy` is the readings' score (core/target.py).
     `lines` may hold the run's changes in place (metrics.jsonl's "event": "change" rows): the
-    curves fit the readings since the last of them where there are enough to fit and backtest,
-    else all, those before it weighing DISCOUNT; the pace is the time since it. `model`:
-    "curves" (the ensemble), "curves-recent" (the ensemble on the readings past the first
-    statmodel.RECENT of the iterations) or "pace" (the recent pace alone, statmodel.pace_crossing),
-    with the band's factors of the training left."""
+    models read the readings since the last of them where there are 2 * curves.MIN_POINTS or
+    more, else all (the curves weighing those before it DISCOUNT); the seconds per iteration are
+    read since it. `model`: "pace" (the recent pace, statmodel.pace_crossing: of the models
+    replayed, the one that erred least out of sample, docs/decisions.md, eta), "curves" (the
+    ensemble of efficiency/curves.py) or "curves-recent" (the ensemble on the readings past the
+    first statmodel.RECENT of the iterations); `band`: the factors of the training left."""
     target = of(target)
     mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
@@ -78,6 +80,9 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
 def _crossing(model: str, iters: list[int], scores: list[float], target: Target, since: int,
               test_size: int | None) -> tuple[float | None, str]:
     """The iteration where the model puts the target, and what the estimate says of it."""
+    segment = [k for k, t in enumerate(iters) if t >= since]
+    if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
+        iters, scores = [iters[k] for k in segment], [scores[k] for k in segment]
     if model == "pace":
         if len(statmodel.recent(iters, scores)[0]) < MIN_READINGS:
             return None, f"fewer than {MIN_READINGS} readings past the first {statmodel.RECENT:.0%} of the iterations"
@@ -85,9 +90,6 @@ def _crossing(model: str, iters: list[int], scores: list[float], target: Target,
         return x, "at the recent pace" if x is not None else "no progress in the recent readings"
     floor = 0.5 / test_size if test_size and not target.on_loss else 1e-12
     errors = [max(1.0 - s, floor) for s in scores]
-    segment = [k for k, t in enumerate(iters) if t >= since]
-    if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
-        iters, errors = [iters[k] for k in segment], [errors[k] for k in segment]
     if model == "curves-recent":             # past the first RECENT of the iterations, as the pace reads
         recent = [k for k, t in enumerate(iters) if t >= statmodel.RECENT * max(iters)]
         iters, errors = [iters[k] for k in recent], [errors[k] for k in recent]
