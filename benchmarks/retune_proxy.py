@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         "quick": args.quick,
         "measured_at": saved["measured_at"] if args.repick else datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "picks_by": "the rule at the commit recorded (--repick)" if args.repick else "the rule of the run",
-        "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.COOL_RATE, "cool_share": retune_mod.COOL_SHARE,
+        "pause_iters": PAUSE_ITERS, "cool_rate": retune_mod.RULES.cool_rate, "cool_share": retune_mod.RULES.cool_share,
         "rows": [{k: ([vars(r) for r in v] if k.startswith("readings") else v) for k, v in row.items()} for row in rows],
         "picks": chosen, "growth": grown, **({"recorded": saved["recorded"]} if saved.get("recorded") else {})})
 

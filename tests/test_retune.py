@@ -136,7 +136,7 @@ def faked_plateau(tmp_path, monkeypatch):
 def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_path, monkeypatch):
     """pause.retune told "plateau" (a stall on its way) reads as on schedule, no lower rate among
     its short readings; where nothing wins there, it reads the current rate and a third of it for
-    PLATEAU_UPDATES times its updates with no cool-down, on a second batch order only where the
+    RULES.plateau_updates times its updates with no cool-down, on a second batch order only where the
     first passes the gain, and goes on at the third where it gains (recorded under "plateau").
     Fails if the plateau check is skipped, or read short."""
     from omnitune.probing import pause
@@ -145,7 +145,7 @@ def test_a_plateau_pause_reads_the_rate_and_a_third_long_and_records_them(tmp_pa
     new, record = pause.retune(spec, ckpt, "plateau", iters=10)
     short = [lr for lr, iters, _ in read if iters == 10]
     assert min(short) >= 0.1                  # on schedule: no lower rate among the short readings
-    long = [(lr, cool) for lr, iters, cool in read if iters == 10 * retune.PLATEAU_UPDATES]
+    long = [(lr, cool) for lr, iters, cool in read if iters == 10 * retune.RULES.plateau_updates]
     assert sorted(long) == [(0.0333, False)] * 2 + [(0.1, False)] * 2
     assert new.lr == 0.0333 and record["switched"] and "plateau" in record["reason"]
     assert record["plateau"]["updates"] == 100 and len(record["plateau"]["readings"]) == 2
@@ -193,7 +193,7 @@ def test_a_plateau_check_overrides_the_goodputs_batch(tmp_path, monkeypatch):
 
     def reading(third_long: float):
         def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
-            long = iters == 10 * retune.PLATEAU_UPDATES
+            long = iters == 10 * retune.RULES.plateau_updates
             loss = third_long if long and setting.lr < 0.1 else 0.40
             return Reading(loss, loss, 0.0)
         return fake
@@ -261,7 +261,7 @@ def test_the_challengers_spread_is_noise_too():
 
 def test_with_one_repeat_the_floor_is_the_noise():
     d = decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)), (0.3, 0.9): readings((0.995, 0.995))})
-    assert not d.switched and d.margin == pytest.approx(retune.NOISE_FLOOR)
+    assert not d.switched and d.margin == pytest.approx(retune.RULES.noise_floor)
     assert decide((0.1, 0.9), {(0.1, 0.9): readings((1.0, 1.0)), (0.3, 0.9): readings((0.98, 0.98))}).switched
 
 
@@ -303,7 +303,7 @@ def test_a_run_off_pace_switches_without_the_noise_margin():
 
 def test_a_run_off_pace_does_not_switch_on_a_tie():
     """teacher-mlp's off-pace pauses (lr 0.01, batch 64, loss 0.254): rivals read lower by 0.0020,
-    0.0005 and 0.0002 on both losses, within NOISE_FLOOR (1%, 0.0025) of the current loss: the
+    0.0005 and 0.0002 on both losses, within RULES.noise_floor (1%, 0.0025) of the current loss: the
     run stays. A rival lower by 2% on both switches. Fails if off pace switches on any gap."""
     now = retune.Setting(0.01, 0.9)
     for gap in (0.0020, 0.0005, 0.0002):
@@ -716,7 +716,7 @@ def test_a_stalled_pause_lowers_the_rate_one_step_at_most():
     only_tenth = {now: scores[now], tenth: scores[tenth]}
     assert not decide(now, only_tenth, stalled=True).switched
     assert decide(now, only_tenth, stalled=True, off_pace=True).setting == tenth
-    assert retune.lowest(False) == 1.0 and retune.lowest(True) == retune.STALL_STEP and retune.lowest(True, True) == 0
+    assert retune.lowest(False) == 1.0 and retune.lowest(True) == retune.RULES.stall_step and retune.lowest(True, True) == 0
 
 
 @pytest.mark.parametrize("last, flag, told", [(2200, "stalled", "plateau"), (2600, "stalled", "plateau"),
@@ -786,7 +786,7 @@ def test_the_goodput_grows_the_batch_as_the_noise_scale_grows():
     spec = make_spec("sync", [["cpu0", "cpu1"]], batch=8, lr=0.1, momentum=0.9)
     assert retune.grown(spec, step_s, 1.0) is None
     setting, ratio = retune.grown(spec, step_s, 100.0)
-    assert setting.batch == 4.0 and setting.momentum == 0.9 and ratio > 1 + retune.GOODPUT_GAIN
+    assert setting.batch == 4.0 and setting.momentum == 0.9 and ratio > 1 + retune.RULES.goodput_gain
     assert setting.lr == pytest.approx(0.1 * 4 * (100 + 16) / (100 + 64), rel=0.01) and setting.lr < 0.4
     assert retune.grown(spec, step_s, math.inf)[0].lr == pytest.approx(0.4)
     assert retune.grown(replace(spec, batch_size={"cpu0": 64, "cpu1": 64}), step_s, 1e6) is None
@@ -855,7 +855,7 @@ def test_a_pause_measures_the_noise_scale_and_takes_the_goodputs_batch(tmp_path,
     bigger = retune.grown(spec, calibrated_step_s(), 1000.0)[0]
     assert [s for s, _ in read].count(bigger) == 2 and dict(read)[bigger] < 30
     assert new.batch_size == {"cpu0": 32, "cpu1": 32} and new.lr == bigger.lr and record["switched"]
-    assert record["noise_scale"] == 1000.0 and record["goodput_gain"] > 1 + retune.GOODPUT_GAIN
+    assert record["noise_scale"] == 1000.0 and record["goodput_gain"] > 1 + retune.RULES.goodput_gain
     assert "goodput grows" in record["reason"]
     _, plain = pause.retune(spec, ckpt, "schedule", iters=30)
     assert plain["noise_scale"] is None and not plain["switched"]

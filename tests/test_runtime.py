@@ -93,7 +93,7 @@ def test_replan_during_a_real_run(tmp_path):
         assert {"before", "after", "scores", "switched", "margin", "iteration", "train_s", "spent_s"} <= set(r)
         # the rates read, a plateau check's among them (its third of the rate may win), or one cooled
         scored = {x["lr"] for x in r["scores"] + r.get("plateau", {}).get("readings", [])}
-        assert r["after"]["lr"] in scored | {float(f"{lr * retune_mod.COOL_RATE:.3g}") for lr in scored}
+        assert r["after"]["lr"] in scored | {float(f"{lr * retune_mod.RULES.cool_rate:.3g}") for lr in scored}
         assert r["switched"] or r["after"]["lr"] == r["before"]["lr"]
         assert r["after"]["groups"] == 4
         assert r["after"]["protocol"].startswith("softsync")

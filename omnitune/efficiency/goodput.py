@@ -15,7 +15,7 @@ A batch far below phi wastes nothing by growing (the gradient is mostly noise, E
 above it wastes samples (E near M0 / M). phi grows as a run's loss falls (McCandlish et al.), so
 the batch that trains fastest grows with it: a short probe at the start of a run reads a small
 phi and favours small batches, which the run's end does not (docs/decisions.md,
-retune.GROWTH).
+retune.Rules.growth).
 """
 
 from __future__ import annotations

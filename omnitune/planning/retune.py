@@ -15,17 +15,17 @@ after as many updates as fit in the current setting's time (probing/pause.py): t
 efficiency is in the comparison. Its rate follows the batch (linear scaling, Goyal et al. 2017),
 so that the gradient's noise per sample stays and short-horizon bias (below) neither favours
 nor blocks it. Omnivore's other axis, the protocol on the same devices, is a candidate where a
-real job timed its shape and the model gives it more than PROTOCOL_GAIN more samples a second
+real job timed its shape and the model gives it more than Rules.protocol_gain more samples a second
 (`faster_protocols`), at the momentum that keeps the run's total: whether the asynchrony costs
 more in statistical efficiency than it gains in speed is what its reading at equal time says.
 
 Which: each candidate trains the same batches from the checkpoint (its velocity scaled by the
 old rate over the candidate's: runtime/optim.py's momentum correction, which the run applies
 when it switches too), then cools down: half as many updates again at a tenth of its rate
-(`cooldown`, COOL_RATE). It is read on a fixed validation subset twice (paired comparisons):
+(`cooldown`, Rules.cool_rate). It is read on a fixed validation subset twice (paired comparisons):
 after its updates (raw) and after its cool-down.
 Each reading alone misleads, against each rate's iterations to the target from the same
-checkpoint (docs/decisions.md, retune.COOL_RATE). Raw, the lower rates look better: after 30
+checkpoint (docs/decisions.md, retune.Rules.cool_rate). Raw, the lower rates look better: after 30
 updates they sit closer to the minimum's noise floor, whatever progress the higher ones made
 (short-horizon bias), and a run that follows them trains longer. Cooled, a rate too high to keep
 can look best: three times a rate that reaches the target can score best cooled and never reach it
@@ -36,15 +36,15 @@ readings by more than the noise, the spread of either one's readings over repeat
 That is not enough against short-horizon bias, which runs one way: towards lower rates (Wu et al.
 2018). A third of the rate can read better than the rate itself raw and cooled, after 30, 100 and
 300 updates alike, and still take almost twice the iterations to the target (docs/decisions.md,
-retune.COOL_RATE and retune.COOL_SHARE). So a pause lowers the rate only where the run's own
+retune.Rules.cool_rate and retune.Rules.cool_share). So a pause lowers the rate only where the run's own
 readings say it is stuck (`stalled` with no recent pace that gets to the target, or off pace, too
 slow to reach its target within its time limit, past half its way: runtime/job.py,
 runtime/monitor.py) or the cool-down reaches the target; otherwise it may raise it. A stall lowers
 it one step, to a third at most (`lowest`): an early stall can read a tenth as better, and a run
-that takes it falls short (docs/decisions.md, retune.STALL_STEP).
+that takes it falls short (docs/decisions.md, retune.Rules.stall_step).
 A stall on the way is checked for a plateau instead (`plateau`), as is a run off pace: the
-current rate and a third of it train PLATEAU_UPDATES times a pause's updates each, and the rate
-drops a step only where the third reads PLATEAU_GAIN lower. A rate too high to settle sits in its
+current rate and a third of it train Rules.plateau_updates times a pause's updates each, and the rate
+drops a step only where the third reads Rules.plateau_gain lower. A rate too high to settle sits in its
 noise and gains that much at once; but so, early on, do some runs that reach their target at
 their rate (`plateau`): the check tells the two apart only late in a run.
 A pause of a run that is not stalled reads only the settings it may switch to
@@ -54,7 +54,7 @@ diverged reads none of a larger rate and momentum (`below`, Omnivore's rule).
 
 The batch also grows by its goodput (`grown`, efficiency/goodput.py), as Pollux re-sizes
 batches: the gradient noise scale, measured at the pause, grows as the loss falls, and where two
-or four times the batch trains GOODPUT_GAIN more goodput by the hardware model, it is read at
+or four times the batch trains Rules.goodput_gain more goodput by the hardware model, it is read at
 AdaScale's rate and taken unless its readings are worse than the current setting's beyond that
 setting's own noise (`vetoed`). A probe before the run sees only its start, where the noise
 scale is small.
@@ -79,22 +79,28 @@ from omnitune.efficiency import goodput
 from omnitune.planning.hardware import StepTime
 from omnitune.planning.space import OMNIVORE_MOMENTA
 
-LR_STEPS = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
-NEAR_STEP = {10.0: 3.0, 0.1: 1 / 3}         # a far rate is read only where the near one before it won (`further`)
-NOISE_FLOOR = 0.01       # scores closer than this fraction of the current one are a tie
-STALL_STEP = 1 / 3       # a stalled run's pause lowers the rate per sample at most to this share (`lowest`)
-ROUNDING = 0.01          # rates per sample this close are the same: `rate` keeps 3 digits (0.04 / 3 = 0.0133)
-COOL_RATE = 0.1          # a candidate's cool-down rate, times its own
-COOL_SHARE = 0.5         # its cool-down's updates, times those at its rate
+@dataclass(frozen=True)
+class Rules:
+    """The re-tuning pause's constants (docs/decisions.md, retune.*)."""
+    lr_steps: tuple[float, ...] = (1.0, 3.0, 1 / 3, 10.0, 0.1)     # candidates' learning rates, times the current one
+    near_step: tuple[tuple[float, float], ...] = ((10.0, 3.0), (0.1, 1 / 3))   # (far, near): a far rate is read only where the near one before it won (`further`)
+    noise_floor: float = 0.01       # scores closer than this fraction of the current one are a tie
+    stall_step: float = 1 / 3       # a stalled run's pause lowers the rate per sample at most to this share (`lowest`)
+    rounding: float = 0.01          # rates per sample this close are the same: `rate` keeps 3 digits (0.04 / 3 = 0.0133)
+    cool_rate: float = 0.1          # a candidate's cool-down rate, times its own
+    cool_share: float = 0.5         # its cool-down's updates, times those at its rate
 
-PLATEAU_UPDATES = 10     # a plateau check reads the current rate and a third of it this many times a pause's updates
-PLATEAU_GAIN = 0.12      # and lowers the rate where the third's validation loss is this much lower (`plateau`)
+    plateau_updates: int = 10       # a plateau check reads the current rate and a third of it this many times a pause's updates
+    plateau_gain: float = 0.12      # and lowers the rate where the third's validation loss is this much lower (`plateau`)
 
-BATCH_STEPS = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
-PROTOCOL_GAIN = 0.1      # another protocol is a candidate where it trains this much more samples a second
-PROTOCOLS = 2            # and at most this many, the fastest
-GROWTH = (2.0, 4.0)      # batch scales the goodput may grow to (`grown`), where the hardware model prices them
-GOODPUT_GAIN = 0.10      # and only for this much more goodput (Pollux re-configures for ~5%: its batches thrashed without)
+    batch_steps: tuple[float, ...] = (2.0, 0.5)   # candidates' batches, times the current ones (where their step times are known)
+    protocol_gain: float = 0.1      # another protocol is a candidate where it trains this much more samples a second
+    protocols: int = 2              # and at most this many, the fastest
+    growth: tuple[float, ...] = (2.0, 4.0)      # batch scales the goodput may grow to (`grown`), where the hardware model prices them
+    goodput_gain: float = 0.10      # and only for this much more goodput (Pollux re-configures for ~5%: its batches thrashed without)
+
+
+RULES = Rules()
 
 
 class Setting(NamedTuple):
@@ -117,7 +123,7 @@ def candidates(lr: float, momentum: float, asynchronous: bool, batches: tuple[fl
     """The settings a pause compares, the current one first; `batches`: the batch scales whose
     step times the hardware model gives, each at its scaled rate; `protocols`: other variants
     with their rate and momentum (`faster_protocols`)."""
-    out = [Setting(rate(lr, f), momentum) for f in LR_STEPS]
+    out = [Setting(rate(lr, f), momentum) for f in RULES.lr_steps]
     if asynchronous:
         out += [Setting(lr, m) for m in OMNIVORE_MOMENTA]
     out += [Setting(rate(lr, f), momentum, f) for f in batches]
@@ -140,7 +146,7 @@ def readable(settings: list[Setting], stalled: bool) -> list[Setting]:
     at chance (docs/decisions.md, retune.readable)."""
     if stalled:
         return settings
-    return [c for c in settings if c.noise >= settings[0].noise * (1 - ROUNDING)]
+    return [c for c in settings if c.noise >= settings[0].noise * (1 - RULES.rounding)]
 
 
 def below(settings: list[Setting], current: Setting) -> list[Setting]:
@@ -152,17 +158,17 @@ def below(settings: list[Setting], current: Setting) -> list[Setting]:
     setting's pause takes (`decide`), so reading them only lengthens the pause (docs/decisions.md,
     retune.below)."""
     return [s for s in settings
-            if not (s.lr >= current.lr * (1 - ROUNDING) and s.momentum >= current.momentum)]
+            if not (s.lr >= current.lr * (1 - RULES.rounding) and s.momentum >= current.momentum)]
 
 
 def further(setting: Setting, current: Setting, readings: dict[Setting, list[Reading]]) -> bool:
     """Whether a pause reads `setting` after `readings`: a rate ten times or a tenth of the
-    current one (NEAR_STEP's keys) only where the step before it (three times, a third) read
+    current one (RULES.near_step's far rates) only where the step before it (three times, a third) read
     lower than the current setting on both losses; any other setting, always. Ten times the rate
     reads better only where three times does, and a tenth only where a third does, so the far
     reading, one of a pause's 6-9, decides nothing that the near one has not (docs/decisions.md,
     retune.further)."""
-    for far, near in NEAR_STEP.items():
+    for far, near in RULES.near_step:
         if Setting(*setting) == Setting(rate(current.lr, far), current.momentum):
             step = Setting(rate(current.lr, near), current.momentum)
             if step not in readings:
@@ -174,39 +180,39 @@ def further(setting: Setting, current: Setting, readings: dict[Setting, list[Rea
 
 
 def batch_scales(spec: RunSpec, step_s: StepTime | None) -> tuple[float, ...]:
-    """The BATCH_STEPS a pause may try: those that change a batch and whose step time the
+    """The RULES.batch_steps a pause may try: those that change a batch and whose step time the
     hardware model gives (none without one)."""
     if step_s is None or not step_s(spec):
         return ()
-    return tuple(f for f in BATCH_STEPS if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
+    return tuple(f for f in RULES.batch_steps if scaled(spec, f).batch_size != spec.batch_size and step_s(scaled(spec, f)))
 
 
 def grown(spec: RunSpec, step_s: StepTime | None, phi: float) -> tuple[Setting, float] | None:
     """The larger batch with the most goodput at the gradient noise scale `phi` (goodput.py), at
-    AdaScale's rate, and its goodput over the current batch's; None where no scale of GROWTH the
-    hardware model prices gains GOODPUT_GAIN. The batch only grows: phi grows over a run, tenfold
-    and more (docs/decisions.md, retune.GROWTH and retune.GOODPUT_GAIN), and a pause's short
+    AdaScale's rate, and its goodput over the current batch's; None where no scale of RULES.growth the
+    hardware model prices gains RULES.goodput_gain. The batch only grows: phi grows over a run, tenfold
+    and more (docs/decisions.md, retune.Rules.growth and retune.Rules.goodput_gain), and a pause's short
     readings favour small batches."""
     now = throughput(spec, step_s)
     if now is None or math.isnan(phi):
         return None
     m0 = spec.variant.samples_per_update(spec.group_batches)
     speeds = {1.0: now}
-    for f in GROWTH:
+    for f in RULES.growth:
         other = scaled(spec, f)
         if other.batch_size != spec.batch_size and (x := throughput(other, step_s)) is not None:
             speeds[f] = x
     scale, ratio = goodput.best_scale(phi, m0, speeds)
-    if scale <= 1.0 or ratio < 1 + GOODPUT_GAIN:
+    if scale <= 1.0 or ratio < 1 + RULES.goodput_gain:
         return None
     return Setting(rate(spec.lr, goodput.gain(phi, m0, scale * m0)), spec.momentum, scale), ratio
 
 
 def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Variant, float, float], ...]:
     """Omnivore's other axis, where the hardware model predicts a gain: the variants the run's
-    devices admit (balanced as the current one is) that train more than PROTOCOL_GAIN more samples
+    devices admit (balanced as the current one is) that train more than RULES.protocol_gain more samples
     a second than it, by step times a real job measured (StepTime gives no others), at most
-    PROTOCOLS of them, fastest first. Each comes with its rate (Rudra's gain carried over) and the
+    RULES.protocols of them, fastest first. Each comes with its rate (Rudra's gain carried over) and the
     explicit momentum that keeps the run's total momentum (the rule, Mitliagkas et al. 2016)."""
     now = throughput(spec, step_s)
     if now is None:
@@ -218,11 +224,11 @@ def faster_protocols(spec: RunSpec, step_s: StepTime | None) -> tuple[tuple[Vari
         if v == spec.variant:
             continue
         other = throughput(shaped(spec, Setting(spec.lr, spec.momentum, 1.0, v)), step_s)
-        if other is not None and other > now * (1 + PROTOCOL_GAIN):
+        if other is not None and other > now * (1 + RULES.protocol_gain):
             found.append((other, v))
     found.sort(key=lambda x: -x[0])
     return tuple((v, rate(spec.lr, v.lr_gain / spec.variant.lr_gain), v.rule_momentum(total))
-                 for _, v in found[:PROTOCOLS])
+                 for _, v in found[:RULES.protocols])
 
 
 def throughput(spec: RunSpec, step_s: StepTime | None) -> float | None:
@@ -282,7 +288,7 @@ class Reading:
 
 def cooldown(iters: int) -> int:
     """Updates of a candidate's cool-down after `iters` at its rate."""
-    return max(1, round(iters * COOL_SHARE))
+    return max(1, round(iters * RULES.cool_share))
 
 
 def noise(scores: list[float]) -> float:
@@ -306,19 +312,19 @@ def challenger(current: Setting, readings: dict[Setting, list[Reading]], stalled
     setting's too (both readings must favour a switch), and whose rate per sample is not below
     `lowest` of the current one's (short-horizon bias); None if there is none."""
     raw, cooled = means(readings, "raw"), means(readings, "cooled")
-    mine, floor = raw.get(current, math.inf), Setting(*current).noise * lowest(stalled, off_pace) * (1 - ROUNDING)
+    mine, floor = raw.get(current, math.inf), Setting(*current).noise * lowest(stalled, off_pace) * (1 - RULES.rounding)
     rivals = [s for s in cooled if s != current and s in raw and raw[s] < mine and Setting(*s).noise >= floor]
     return min(rivals, key=cooled.get, default=None)
 
 
 def lowest(stalled: bool, off_pace: bool = False) -> float:
     """The lowest rate per sample of batch a challenger may have, times the current one's: the
-    current one's where the run is not `stalled`; STALL_STEP of it where it is, one step, as a
+    current one's where the run is not `stalled`; RULES.stall_step of it where it is, one step, as a
     stall that persists pauses again; any where it is `off_pace` (staying is what fails). A
     stalled run's short readings can favour a tenth of the rate beyond the noise, and a run that
     takes it misses a target it reaches at its own rate, where a third costs it a little more
-    time (docs/decisions.md, retune.STALL_STEP)."""
-    return 0.0 if off_pace else STALL_STEP if stalled else 1.0
+    time (docs/decisions.md, retune.Rules.stall_step)."""
+    return 0.0 if off_pace else RULES.stall_step if stalled else 1.0
 
 
 def decide(current: Setting, readings: dict[Setting, list[Reading]], target: float = math.inf,
@@ -326,7 +332,7 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
            growth: Setting | None = None) -> Decision:
     """Switch to the `challenger` only when it beats the current setting by more than the noise
     on both the raw and the cooled loss: the larger spread of the two settings' repeats, and at
-    least NOISE_FLOOR of the current loss. The raw loss alone favours low rates (short-horizon
+    least RULES.noise_floor of the current loss. The raw loss alone favours low rates (short-horizon
     bias), the cooled alone high ones that would need cooling soon; where they agree, the switch
     holds on either horizon. A lower rate is a rival only while the run is `stalled`, one step
     down at most unless it is `off_pace` (`lowest`). A setting
@@ -334,9 +340,9 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
     or in the run (`diverged`), it is no incumbent: the best cooled reading wins. Where the run
     is `off_pace` (runtime/monitor.py: at its pace it misses its target within its time limit),
     staying is what fails, so the repeats' spread does not guard it: the challenger wins where both
-    its readings are lower by more than NOISE_FLOOR of the current loss: the current rate's own
+    its readings are lower by more than RULES.noise_floor of the current loss: the current rate's own
     swinging repeats, the trouble of such a run, would shield it, and with no floor at all gaps far
-    inside the noise switch it, coin tosses (docs/decisions.md, retune.NOISE_FLOOR). Where no
+    inside the noise switch it, coin tosses (docs/decisions.md, retune.Rules.noise_floor). Where no
     challenger wins, the `growth` (`grown`: a larger batch the goodput favours) is taken unless its
     mean reading is worse than the current setting's beyond that setting's noise (`vetoed`): the
     goodput is the reason to switch, the readings only a check that the new batch and its rate
@@ -350,12 +356,12 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
                              f"reading wins"), readings, target)
     rival = challenger(current, readings, stalled or off_pace, off_pace)
     gaps = {f: gap(readings, current, rival, f) for f in ("raw", "cooled")} if rival else {}
-    floors = {f: NOISE_FLOOR * abs(statistics.fmean(getattr(r, f) for r in readings[current]))
+    floors = {f: RULES.noise_floor * abs(statistics.fmean(getattr(r, f) for r in readings[current]))
               for f in ("raw", "cooled")}
     if rival and off_pace and all(gaps[f][0] > floors[f] for f in gaps):
         d = Decision(rival, True, floors["cooled"], "; ".join(f"{f} validation loss lower by {g:.4f} (noise {m:.4f})"
                                                    for f, (g, m) in gaps.items())
-                     + f": the run is off pace, and the gaps pass {NOISE_FLOOR:.0%} of the current loss")
+                     + f": the run is off pace, and the gaps pass {RULES.noise_floor:.0%} of the current loss")
     elif rival and all(g > m for g, m in gaps.values()):
         d = Decision(rival, True, gaps["cooled"][1],
                      "; ".join(f"{f} validation loss lower by {g:.4f}, beyond the noise {m:.4f}"
@@ -377,38 +383,38 @@ def decide(current: Setting, readings: dict[Setting, list[Reading]], target: flo
 def plateau(current: Setting, readings: dict[Setting, list[Reading]]) -> Decision:
     """A pause of a run that stalled while its recent pace still gets to the target (a "plateau"
     pause, runtime/job.py), or of one off pace, reads `current` and a third of its rate (`step_down`), long
-    (PLATEAU_UPDATES times a pause's updates, no cool-down). The run takes the third where its raw
-    validation loss is lower by more than PLATEAU_GAIN of the current one's and more than the
+    (RULES.plateau_updates times a pause's updates, no cool-down). The run takes the third where its raw
+    validation loss is lower by more than RULES.plateau_gain of the current one's and more than the
     third's spread over its repeats: a rate that sits in its own noise. The current rate's own
     spread is no shield (as in `vetoed`): readings that swing are what a rate too high to settle
     gives, and a run shielded by them stays and misses its target. On a plateau a third of the rate
     reads about a fifth lower; on a run still climbing late on its way, a few percent lower, which
-    is short-horizon bias and stays under PLATEAU_GAIN. Early in runs that reach their target at
+    is short-horizon bias and stays under RULES.plateau_gain. Early in runs that reach their target at
     their rate it reads as much lower as on a plateau, so there the check lowers healthy runs
-    (docs/decisions.md, retune.PLATEAU_GAIN; job.LOWER_FROM)."""
+    (docs/decisions.md, retune.Rules.plateau_gain; job.LOWER_FROM)."""
     lower = step_down(current)
     raw = means(readings, "raw")
     if current not in raw or lower not in raw:
         return Decision(current, False, 0.0, "plateau check: a reading was not finite; no change")
     lower_by = raw[current] - raw[lower]
-    need = max(noise([r.raw for r in readings[lower]]), PLATEAU_GAIN * raw[current])
+    need = max(noise([r.raw for r in readings[lower]]), RULES.plateau_gain * raw[current])
     if lower_by > need:
         return Decision(lower, True, need, f"plateau: a third of the rate read validation loss {lower_by:.4f} lower "
-                        f"after {PLATEAU_UPDATES}x a pause's updates, beyond {PLATEAU_GAIN:.0%} of the current loss "
+                        f"after {RULES.plateau_updates}x a pause's updates, beyond {RULES.plateau_gain:.0%} of the current loss "
                         f"and the noise ({need:.4f})")
     return Decision(current, False, need, f"no plateau: a third of the rate read validation loss {lower_by:.4f} "
-                    f"lower after {PLATEAU_UPDATES}x a pause's updates, within {need:.4f}")
+                    f"lower after {RULES.plateau_updates}x a pause's updates, within {need:.4f}")
 
 
 def step_down(current: Setting) -> Setting:
-    """`current` at a third of its rate (STALL_STEP), its batch and momentum as they are."""
-    return Setting(*current)._replace(lr=rate(current.lr, STALL_STEP))
+    """`current` at a third of its rate (RULES.stall_step), its batch and momentum as they are."""
+    return Setting(*current)._replace(lr=rate(current.lr, RULES.stall_step))
 
 
 def vetoed(readings: dict[Setting, list[Reading]], current: Setting, growth: Setting) -> str:
     """Why the readings refuse the goodput's larger batch ("" if they do not): no finite reading
     of it, or a raw or cooled validation loss above the current setting's by more than the noise:
-    the current setting's spread over its repeats, at least NOISE_FLOOR of its loss. The larger
+    the current setting's spread over its repeats, at least RULES.noise_floor of its loss. The larger
     batch's own spread is no shield: repeats that swing are a batch and rate that do not train
     steadily from here, and a margin of the wider of the two spreads lets such a batch shield
     itself and wreck the run (docs/decisions.md, retune.vetoed)."""
@@ -425,20 +431,20 @@ def gap(readings: dict[Setting, list[Reading]], current: Setting, rival: Setting
         rivals_noise: bool = True) -> tuple[float, float]:
     """How much lower `rival`'s mean `field` loss is than `current`'s, and the noise it must beat:
     the larger spread of the two settings' repeats (only `current`'s without `rivals_noise`), at
-    least NOISE_FLOOR of the current loss."""
+    least RULES.noise_floor of the current loss."""
     mine = [getattr(r, field) for r in readings[current]]
     theirs = [getattr(r, field) for r in readings[rival]]
-    margin = max(noise(mine), noise(theirs) if rivals_noise else 0.0, NOISE_FLOOR * abs(statistics.fmean(mine)))
+    margin = max(noise(mine), noise(theirs) if rivals_noise else 0.0, RULES.noise_floor * abs(statistics.fmean(mine)))
     return statistics.fmean(mine) - statistics.fmean(theirs), margin
 
 
 def cool(d: Decision, readings: dict[Setting, list[Reading]], target: float) -> Decision:
-    """`d`, at its rate times COOL_RATE where its cool-down reached `target` on every repeat."""
+    """`d`, at its rate times RULES.cool_rate where its cool-down reached `target` on every repeat."""
     mine = readings.get(d.setting, [])
     if not mine or not all(r.score >= target for r in mine):
         return d
-    return Decision(Setting(*d.setting)._replace(lr=rate(d.setting[0], COOL_RATE)), True, d.margin,
-                    f"{d.reason}; cooled to {COOL_RATE:g}x its rate it reaches the target on the validation "
+    return Decision(Setting(*d.setting)._replace(lr=rate(d.setting[0], RULES.cool_rate)), True, d.margin,
+                    f"{d.reason}; cooled to {RULES.cool_rate:g}x its rate it reaches the target on the validation "
                     f"subset (score {min(r.score for r in mine):.4f} >= {target:.4f}): going on cooled")
 
 

@@ -41,8 +41,8 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
                   batches: int, iters: int, cool: bool = True) -> retune_mod.Reading:
     """One candidate at a pause: `iters` updates at `setting` from the checkpoint `state` with the
     protocol's own emulation (data order `batches`), then its cool-down (retune.cooldown) at
-    COOL_RATE of its rate; the validation loss on `held` before and after the cool-down, and the
-    target's score after it. Without `cool`, no cool-down: both losses are the raw one."""
+    retune.Rules.cool_rate of its rate; the validation loss on `held` before and after the
+    cool-down, and the target's score after it. Without `cool`, no cool-down: both losses are the raw one."""
     lr, momentum = setting[:2]
     emu = emulator(wl, train, probe_config(retune_mod.shaped(spec, setting), lr, momentum), batches, state["model"],
                    state["optimizer"], horizon=spec.horizon)
@@ -53,7 +53,7 @@ def pause_reading(wl: Workload, train, held, spec: RunSpec, state: dict, setting
     raw, raw_accuracy = evaluate(wl, emu.current_model(), held, torch.device("cpu"))[:2]
     if not cool:
         return retune_mod.Reading(raw, raw, spec.target.score_of(raw, raw_accuracy) if spec.target else -math.inf)
-    emu.set_rate(lr * retune_mod.COOL_RATE)
+    emu.set_rate(lr * retune_mod.RULES.cool_rate)
     for _ in range(retune_mod.cooldown(iters)):
         if not math.isfinite(emu.step()):
             return diverged
@@ -184,7 +184,7 @@ def timeable(spec: RunSpec) -> bool:
 
 
 def timed_scales(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTime) -> dict[float, float] | None:
-    """Seconds a step of the run's batch (1.0) and of each of retune.GROWTH's scales the model
+    """Seconds a step of the run's batch (1.0) and of each of retune.Rules.growth's scales the model
     prices, timed at the pause from the checkpoint on this process's CPU, in interleaved rounds
     (the machine's drift falls on every scale alike), median of the rounds; None unless the run
     is one CPU device (`timeable`). Each round's timed steps follow an untimed one: the other
@@ -196,7 +196,7 @@ def timed_scales(wl: Workload, train, spec: RunSpec, state: dict, step_s: StepTi
     apart from it."""
     if not timeable(spec):
         return None
-    scales = [1.0] + [f for f in retune_mod.GROWTH if retune_mod.scaled(spec, f).batch_size != spec.batch_size
+    scales = [1.0] + [f for f in retune_mod.RULES.growth if retune_mod.scaled(spec, f).batch_size != spec.batch_size
                       and step_s(retune_mod.scaled(spec, f))]
     if len(scales) == 1:
         return None
@@ -245,7 +245,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     readers (`Readers`) side by side are not, which leaves the estimate high where they start."""
     tried = retune_mod.spec_candidates(spec, step_s)
     tried = [c for c in tried if retune_mod.further(c, tried[0], {})]     # the far rates: read where the near won
-    updates = iters * (1 + retune_mod.COOL_SHARE)
+    updates = iters * (1 + retune_mod.RULES.cool_share)
     evaluations = 2 * min(validation, RETUNE_VALIDATION) / sum(spec.batch_size.values()) * FORWARD_SHARE
     # Where the pause weighs the goodput (the hardware model prices the batch of an SGD run): the
     # goodput's batch, read twice as a candidate of its own, and the noise scale's gradients (a
@@ -255,7 +255,7 @@ def pause_cost_s(spec: RunSpec, iters: int, step_s: StepTime | None, sec_per_ite
     noise = NOISE_DRAWS if priced else 0
     # One CPU device: the run's batch and each larger one the goodput weighs are timed, each at
     # its multiple of the run's step.
-    timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + sum(retune_mod.GROWTH)) if priced and timeable(spec) else 0
+    timing = TIMED_ROUNDS * (1 + TIMED_STEPS) * (1 + sum(retune_mod.RULES.growth)) if priced and timeable(spec) else 0
     return (reads * (updates + evaluations) + noise + timing) * sec_per_iter * len(spec.devices)
 
 
@@ -291,7 +291,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     reading wins, no margin asked) or "plateau" (stalled while its recent pace still gets to the
     target, or off pace before half its way: read as on schedule). On a "plateau" or "off pace" pause where
     nothing but the goodput's batch is switched to, the current rate and a third of it are read
-    for retune.PLATEAU_UPDATES times `iters` and compared by retune.plateau, which wins where it
+    for retune.Rules.plateau_updates times `iters` and compared by retune.plateau, which wins where it
     lowers the rate.
     With `step_s` (the hardware model), twice and half the batch are candidates too, and the
     protocols it predicts faster, each read after the updates that fit in the time of `iters` of
@@ -323,7 +323,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
                                      read.stalled, diverged, off_pace, growth[0] if growth else None)
         # A plateau is checked where nothing was switched to but the goodput's batch, whose rate
         # keeps the run's noise where it levelled off, on a plateau pause and on one off pace (past
-        # half its way): docs/decisions.md, retune.PLATEAU_GAIN.
+        # half its way): docs/decisions.md, retune.Rules.plateau_gain.
         grew = growth is not None and decision.setting == growth[0]
         checked = plateau_check(read.readers, spec, state, iters) \
             if why in (Why.PLATEAU, Why.OFF_PACE) and (not decision.switched or grew) else None
@@ -399,7 +399,7 @@ def pause_record(spec: RunSpec, new: RunSpec, decision, read: Read, updates: dic
                         "repeats": [r.cooled for r in v]}
                        for s, v in read.readings.items()],
             "readers": readers.processes, **({"readers_failed": readers.broken} if readers.broken else {}),
-            **({"plateau": {"updates": iters * retune_mod.PLATEAU_UPDATES,
+            **({"plateau": {"updates": iters * retune_mod.RULES.plateau_updates,
                             "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
                             "reason": checked[0].reason}}
                if checked else {})}
@@ -408,11 +408,11 @@ def pause_record(spec: RunSpec, new: RunSpec, decision, read: Read, updates: dic
 def plateau_check(readers: Readers, spec: RunSpec, state: dict, iters: int) \
         -> tuple[retune_mod.Decision, dict[retune_mod.Setting, list[retune_mod.Reading]]]:
     """A "plateau" or "off pace" pause's long readings (retune.plateau): the current rate and a third of it,
-    retune.PLATEAU_UPDATES times `iters` updates each with no cool-down, on the pause's batches;
-    on other batches again only where the first pair's gap passes retune.PLATEAU_GAIN (the noise).
+    retune.Rules.plateau_updates times `iters` updates each with no cool-down, on the pause's batches;
+    on other batches again only where the first pair's gap passes retune.Rules.plateau_gain (the noise).
     The decision and the readings."""
     current = retune_mod.Setting(spec.lr, spec.momentum)
-    pair, n = (current, retune_mod.step_down(current)), iters * retune_mod.PLATEAU_UPDATES
+    pair, n = (current, retune_mod.step_down(current)), iters * retune_mod.RULES.plateau_updates
 
     def read(batches: int) -> list[retune_mod.Reading]:
         return readers.read(state, [(s, batches, n, False) for s in pair])

@@ -222,7 +222,7 @@ PACE_CHECK_SHARE = 0.05
 # pace never gets there (eta.way None), a stall is a stall. Such an early pause ("plateau") then
 # checks for a plateau: a third of the rate, read for ten times a pause's updates, must gain 12%
 # (retune.plateau), so that a run levelled off under its target, whose every stall is "on the
-# way", still lowers its rate (docs/decisions.md, retune.PLATEAU_GAIN).
+# way", still lowers its rate (docs/decisions.md, retune.Rules.plateau_gain).
 LOWER_FROM = 0.5
 
 
