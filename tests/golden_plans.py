@@ -143,7 +143,7 @@ class ByTime:
     (tests/test_planning.py's FakeProber, with weight decay); it evaluates evenly (so the pruner
     reads it), diverges where the total momentum (explicit and asynchrony's) or the step over
     (1 - momentum) is large, and extrapolates a probe cut short with a band and its distance
-    past the probe's end. Its jobs are small (a quick search: budget.SMALL_JOB_S)."""
+    past the probe's end. Its jobs are small (a quick search: budget.RULES.small_job_s)."""
 
     scale = 4000
 
@@ -182,7 +182,7 @@ class ByTime:
 
 class FullByTime(ByTime):
     """ByTime's workload needing 7.5 times the iterations: a job of tens of seconds, a full
-    search whose budget is a share of the job (budget.FRACTION), ranked by time."""
+    search whose budget is a share of the job (budget.RULES.fraction), ranked by time."""
 
     scale = 30_000
 

@@ -8,8 +8,8 @@ from omnitune.planning import budget
 def test_a_tiny_job_gets_a_quick_search_within_its_floor():
     b = budget.plan_budget(predicted_train_s=0.4, scouts_s=1.0)
     assert not b.full and "too small for a full search" in b.reason
-    assert b.seconds == budget.SMALL_BUDGET_S and b.seconds + 5 <= 15     # plan within 15 s, loading included
-    assert b.probes >= 1 and b.probe_s >= budget.MIN_PROBE_S
+    assert b.seconds == budget.RULES.small_budget_s and b.seconds + 5 <= 15     # plan within 15 s, loading included
+    assert b.probes >= 1 and b.probe_s >= budget.RULES.min_probe_s
 
 
 def test_planning_is_a_tenth_of_a_long_job_and_buys_more_and_longer_probes():
@@ -23,8 +23,8 @@ def test_planning_is_a_tenth_of_a_long_job_and_buys_more_and_longer_probes():
 def test_probes_never_exceed_what_is_left():
     for train_s in (10.0, 30.0, 100.0, 1_000.0, 100_000.0):
         b = budget.plan_budget(train_s, scouts_s=3.0)
-        assert b.probes * b.probe_s <= max(b.seconds - 3.0, 0.0) + budget.MIN_PROBE_S
-        assert budget.MIN_PROBE_S <= b.probe_s <= budget.MAX_PROBE_S
+        assert b.probes * b.probe_s <= max(b.seconds - 3.0, 0.0) + budget.RULES.min_probe_s
+        assert budget.RULES.min_probe_s <= b.probe_s <= budget.RULES.max_probe_s
 
 
 def test_budget_override_wins_and_spent_scouts_leave_no_probes():
@@ -38,20 +38,20 @@ def test_unknown_training_time_gets_a_fixed_budget_of_a_full_search():
     """A long job's pre-run search stays small (the run re-tunes), but it is a full search, not
     the quick one of a job too small for one."""
     b = budget.plan_budget(None, scouts_s=2.0)
-    assert b.seconds == budget.UNKNOWN_BUDGET_S <= 6.0 and b.full and "could predict" in b.reason
-    assert b.probes == 8 and b.probe_s == budget.MIN_PROBE_S
+    assert b.seconds == budget.RULES.unknown_budget_s <= 6.0 and b.full and "could predict" in b.reason
+    assert b.probes == 8 and b.probe_s == budget.RULES.min_probe_s
 
 
 def test_evaluations_stay_a_small_share_of_a_probe():
-    assert budget.evaluations(10.0, eval_s=0.001) == budget.EVALS            # cheap: as many as wanted
+    assert budget.evaluations(10.0, eval_s=0.001) == budget.RULES.evals            # cheap: as many as wanted
     assert budget.evaluations(2.0, eval_s=0.25) == 2                          # dear: the middle and the end
     few = budget.evaluations(8.0, eval_s=0.1)
-    assert 2 < few < budget.EVALS and few * 0.1 <= budget.EVAL_SHARE * 8.0
-    assert budget.evaluations(10.0, 0.001, most=budget.RANKING_EVALS) == budget.RANKING_EVALS
+    assert 2 < few < budget.RULES.evals and few * 0.1 <= budget.RULES.eval_share * 8.0
+    assert budget.evaluations(10.0, 0.001, most=budget.RULES.ranking_evals) == budget.RULES.ranking_evals
 
 
 def test_a_high_target_is_probed_on_more_of_the_test_set():
-    assert budget.probe_test_size(0.8, 1000) == budget.PROBE_TEST
+    assert budget.probe_test_size(0.8, 1000) == budget.RULES.probe_test
     assert budget.probe_test_size(0.95, 5000) == 1000                 # 50 errors at 5%
     assert budget.probe_test_size(0.985, 2000) == 2000                # teacher-mlp: its whole test set
     assert budget.probe_test_size(0.9, 300) == 300                    # never more than there is
@@ -59,10 +59,11 @@ def test_a_high_target_is_probed_on_more_of_the_test_set():
 
 def test_where_a_step_is_slow_the_budget_with_no_prediction_buys_a_few_probes():
     """charlm-stdlib steps in 73 ms: 6 s bought three 20-iteration probes. The budget with no
-    prediction buys UNKNOWN_PROBES of them; a fast step leaves it at 6 s, and a prediction or an
+    prediction buys budget.RULES.unknown_probes of them; a fast step leaves it at 6 s, and a prediction or an
     override ignores the floor."""
     slow = budget.plan_budget(None, 0.0, least_s=budget.least_probing(0.0735))
-    assert slow.seconds == pytest.approx(budget.UNKNOWN_PROBES * 20 * 0.0735) and slow.probes >= budget.UNKNOWN_PROBES
-    assert budget.plan_budget(None, 0.0, least_s=budget.least_probing(0.001)).seconds == budget.UNKNOWN_BUDGET_S
+    assert slow.seconds == pytest.approx(budget.RULES.unknown_probes * 20 * 0.0735)
+    assert slow.probes >= budget.RULES.unknown_probes
+    assert budget.plan_budget(None, 0.0, least_s=budget.least_probing(0.001)).seconds == budget.RULES.unknown_budget_s
     assert budget.plan_budget(100.0, 0.0, least_s=50.0).seconds == pytest.approx(10.0)
     assert budget.plan_budget(None, 0.0, override_s=3.0, least_s=50.0).seconds == 3.0

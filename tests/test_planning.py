@@ -104,7 +104,7 @@ def test_search_ranks_by_predicted_time_and_caps_probes(sample_profile, monkeypa
     for i, ((cfg, cap), t) in enumerate(zip(prober.calls, starts)):
         s = setups[cfg.variant, cfg.batches]
         share = budget.plan_budget(None if math.isinf(best) else best, t).probe_s
-        buys = max(budget.MIN_PROBE_ITERS, int(share / s.probe_sec_per_iter))
+        buys = max(budget.RULES.min_probe_iters, int(share / s.probe_sec_per_iter))
         beat = math.inf if math.isinf(best) else int(best / s.sec_per_iter)
         assert cap == min(buys, beat), (i, cfg, cap, buys, beat)
         by_budget, by_beat = by_budget + (buys < beat), by_beat + (beat < buys)
@@ -334,13 +334,13 @@ def test_when_no_scout_can_predict_probes_train_equally_long_and_rank_by_loss(sa
         return dataclasses.replace(ProbeResult(cfg, None, False, ((max_iters, 0.2),), 0.0, 0.0, "not reached"),
                                    train_loss=loss, iters=max_iters)
     found = planning.search(sample_profile, planning.Space(protocols=("sync",)), loss_only)
-    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert found.ranked and found.planning.budget_s == budget.RULES.unknown_budget_s
     assert [c.lr for c, _, _ in calls[:3]] == [0.1, 0.01, 1.0]     # decades stop at the first worse one
     setups = {s.probe(c.lr, c.momentum): s for s in planning.enumerate_setups(sample_profile, planning.Space())
               for c, _, _ in calls}
-    trained = [cap * setups[c].sec_per_iter for c, cap, _ in calls if cap > budget.MIN_PROBE_ITERS]
+    trained = [cap * setups[c].sec_per_iter for c, cap, _ in calls if cap > budget.RULES.min_probe_iters]
     assert trained and max(trained) == pytest.approx(min(trained), rel=0.2)
-    assert all(evals <= budget.RANKING_EVALS for _, _, evals in calls[3:])
+    assert all(evals <= budget.RULES.ranking_evals for _, _, evals in calls[3:])
     plan = planning.build_plan(found, sample_profile, "p.json", "lenet-digits", None, 0.99, 0, "now")
     losses = [s.probe.train_loss for s in found.scored if s.probe]
     assert plan.spec.lr == 0.1 and plan.prediction.time_to_target_s is None
@@ -359,7 +359,7 @@ def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
         return dataclasses.replace(r, train_loss=1.0 + abs(math.log10(cfg.lr / 0.1)), iters=max_iters,
                                    start_loss=2.3)
     found = planning.search(sample_profile, planning.Space(protocols=("sync",), batch_sizes=(32,)), far_guess)
-    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert found.ranked and found.planning.budget_s == budget.RULES.unknown_budget_s
     assert found.scored[0].config.lr == pytest.approx(0.1, rel=0.5)
     # Within the evidence the same guess would rank by time, and win; not when refits of its curve
     # say it may never come true (a band with no top).
@@ -375,7 +375,7 @@ def test_a_far_extrapolation_does_not_outrank_a_lower_loss(sample_profile):
 
 def test_ranking_by_loss_skips_setups_too_slow_for_equal_training_time(sample_profile):
     """A slow model (2 ms per sample): at the scouts' training time (batch 16) batch 64 would
-    train fewer than MIN_PROBE_ITERS iterations; floored there, it would train longer than the
+    train fewer than budget.RULES.min_probe_iters iterations; floored there, it would train longer than the
     others and win on loss for that alone. It is not probed, and says why."""
     steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.002 * t.batch_size, samples_per_s=500.0)
                             for t in d.steps)
@@ -439,7 +439,7 @@ class Continuing:
 
 def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sample_profile):
     """Ranked by loss, the best of the two best setups go on from where their probes stopped
-    (start=their hand-off) to FINAL_GROWTH times as long; the one with the lower loss at that end
+    (start=their hand-off) to budget.RULES.final_growth times as long; the one with the lower loss at that end
     wins, even if it trailed at the probes' length (a smaller batch leads early, a larger later)."""
     def loss(cfg, went_on):
         batch = cfg.samples_per_update
@@ -448,11 +448,11 @@ def test_the_leaders_train_on_from_their_probes_and_the_lowest_loss_then_wins(sa
     space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 32, 128),
                             lrs=(0.01, 0.1))
     found = planning.search(sample_profile, space, prober)
-    assert found.ranked and len(prober.went_on) == planning.final.FINALISTS
+    assert found.ranked and len(prober.went_on) == budget.RULES.finalists
     # the best rate of each of the two best setups (batch 8 and 32, not batch 8 at another rate)
     assert sorted((cfg.samples_per_update, cfg.lr) for cfg, _, _ in prober.went_on) == [(8, 0.01), (32, 0.01)]
-    assert all(total >= planning.final.FINAL_GROWTH * at - 1 for _, at, total in prober.went_on)
-    assert found.scored[0].config.batch == 32 and found.planning.finalists == planning.final.FINALISTS
+    assert all(total >= budget.RULES.final_growth * at - 1 for _, at, total in prober.went_on)
+    assert found.scored[0].config.batch == 32 and found.planning.finalists == budget.RULES.finalists
     assert "trained on" in found.planning.reason
     # A prober that keeps no hand-offs: no final round, the probes' ranking stands.
     assert planning.search(sample_profile, space, prober.without_handoffs()).scored[0].config.batch == 8
@@ -567,8 +567,8 @@ def test_the_plan_moves_fewer_bytes_per_sample_on_a_slow_link(sample_profile):
 
 def test_scouts_run_where_they_train_enough_iterations(sample_profile):
     """The scouts' reference is the batch nearest the middle (16 here), unless a scout there would
-    train fewer than SCOUT_ITERS iterations: at 4 ms per sample, batch 16 gets 23 in SCOUT_S and
-    batch 8 gets 46, so the scouts run at 8."""
+    train fewer than budget.RULES.scout_iters iterations: at 4 ms per sample, batch 16 gets 23 in
+    budget.RULES.scout_s and batch 8 gets 46, so the scouts run at 8."""
     steps = lambda d: tuple(dataclasses.replace(t, sec_per_step=0.004 * t.batch_size, samples_per_s=250.0)
                             for t in d.steps)
     slow = dataclasses.replace(sample_profile, devices=tuple(dataclasses.replace(d, steps=steps(d))
@@ -581,7 +581,7 @@ def test_scouts_run_where_they_train_enough_iterations(sample_profile):
         return dataclasses.replace(r, train_loss=1.0, iters=max_iters, start_loss=2.3)
     planning.search(slow, planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(8, 16, 64)),
                      recording)
-    assert seen[0] == ((8,),) and seen.count(((8,),)) >= budget.SCOUTS
+    assert seen[0] == ((8,),) and seen.count(((8,),)) >= budget.RULES.scouts
 
 
 def test_a_sync_setup_with_a_faster_twin_is_not_probed(sample_profile):
@@ -928,7 +928,7 @@ def test_a_search_of_one_setup_keeps_nothing_for_a_final_round(sample_profile, m
     calls = []
     space = planning.Space(protocols=("sync",), layouts=("one-worker",), batch_sizes=(32,))
     found = planning.search(sample_profile, space, lambda cfg, *a, **k: calls.append(cfg.lr) or second_each(cfg, *a, **k))
-    assert found.ranked and found.planning.budget_s == budget.UNKNOWN_BUDGET_S
+    assert found.ranked and found.planning.budget_s == budget.RULES.unknown_budget_s
     assert calls[:3] == [0.1, 0.01, 0.001]
     assert {0.0033, 0.03} <= set(calls), calls                       # half a decade either side of 0.01
 
@@ -962,7 +962,7 @@ def test_scouts_that_have_not_learned_train_longer_before_they_rank(sample_profi
     assert calls[:3] == [(0.1, n), (0.1, 2 * n), (0.1, 4 * n)]
     assert all(iters >= 4 * n for _, iters in calls[3:]) and len(calls) > 3
     setup = planning.enumerate_setups(sample_profile, space)[0]
-    assert found.planning.budget_s >= budget.SCOUTS * 4 * n * setup.probe_sec_per_iter
+    assert found.planning.budget_s >= budget.RULES.scouts * 4 * n * setup.probe_sec_per_iter
     assert found.scored[0].config.lr == 0.1
 
     calls.clear()
@@ -1016,17 +1016,17 @@ def test_a_pruned_decade_ends_the_scan_only_below_one_that_learned(sample_profil
 
 
 def test_the_final_round_trains_on_only_as_far_as_the_budget_left_allows():
-    """The finalists train on to FINAL_GROWTH times their probes' training time where the budget
+    """The finalists train on to budget.RULES.final_growth times their probes' training time where the budget
     left covers it, to less where it does not, and not at all where it would not reach half again
     (an H200 machine's planning ran 12.3 s on a 9.9 s budget with the round outside it)."""
     from types import SimpleNamespace as NS
-    from omnitune.planning.final import FINAL_GROWTH, fitting_growth
+    from omnitune.planning.final import fitting_growth
     # Two finalists, 1 ms per iteration predicted, probes of 100 iterations in 0.2 s (2 ms each).
     first = [NS(sec_per_iter=1e-3, probe=NS(seconds=0.2, iters=100, config=name)) for name in "ab"]
     prober = NS(handoffs={name: NS(iterations=100) for name in "ab"})
     train_s = 0.1                                    # 100 iterations of predicted training time
     # Growth g costs 2 finalists x (100 g - 100) iterations x 2 ms = 0.4 (g - 1) s.
-    assert fitting_growth(first, prober, train_s, 10.0) == FINAL_GROWTH
+    assert fitting_growth(first, prober, train_s, 10.0) == budget.RULES.final_growth
     assert fitting_growth(first, prober, train_s, 0.4) == pytest.approx(2.0)
     assert fitting_growth(first, prober, train_s, 0.1) is None         # 1.25x: no round
     assert fitting_growth(first, prober, train_s, -1.0) is None

@@ -197,8 +197,7 @@ def _chosen(result) -> str:
 
 def _chosen_by_loss(result, chose: str) -> str:
     """`_chosen` where the probes ranked by loss: no scout could predict a time to target."""
-    from omnitune.planning.budget import LEARNED
-    from omnitune.planning.final import FINAL_GROWTH
+    from omnitune.planning import budget
     from omnitune.planning.ranking import LOSS_TIE
     p, spent = result.prediction, result.planning
     when = ("no probe could predict its time to target (--predict-s 30 probes it longer to)"
@@ -211,12 +210,12 @@ def _chosen_by_loss(result, chose: str) -> str:
                 "leads (a run at too high a rate stalls or diverges, which re-tunes it; at too low a rate it "
                 "only goes slowly)")
         return (f"{chose}: a guess. No scout could predict the time to target, and no probe's training loss "
-                f"fell {LEARNED:.0%} below {spent.label_loss:.3f}, the loss of "
+                f"fell {budget.RULES.learned:.0%} below {spent.label_loss:.3f}, the loss of "
                 "predicting the training labels' frequencies: the probes had learned little from the inputs "
                 f"and their losses rank little; {lead}. The run re-tunes as it learns (unless --no-retune), "
                 f"and a larger --budget-s probes for longer; {when}")
     final = (f"; the best of the {spent.finalists} best setups then trained on to "
-             f"up to {FINAL_GROWTH:g}× as long (within the budget), and the lowest loss there won"
+             f"up to {budget.RULES.final_growth:g}× as long (within the budget), and the lowest loss there won"
              if spent.finalists else "")
     return (f"{chose}: no scout could predict the time to target, so this is the configuration with the "
             f"lowest training loss after equal training time (Omnivore's criterion; losses within "

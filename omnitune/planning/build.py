@@ -58,14 +58,14 @@ def predict(found: Search, prober: Prober, seconds: float) -> Search:
     per_iter = old.seconds / old.iters if old.iters and old.seconds > 0 else None
     if per_iter is None:
         return found
-    cap = max(budget_mod.MIN_PROBE_ITERS, int(seconds / per_iter))
+    cap = max(budget_mod.RULES.min_probe_iters, int(seconds / per_iter))
     start = time.perf_counter()
     went_on = prober.handoffs.get(old.config) if isinstance(prober, HandsOn) else None
     if went_on is None:
-        r = prober(old.config, cap, budget_mod.GUARD * seconds, never, budget_mod.EVALS)
+        r = prober(old.config, cap, budget_mod.RULES.guard * seconds, never, budget_mod.RULES.evals)
     else:
-        r = prober(old.config, went_on.iterations + cap, budget_mod.GUARD * seconds, never, budget_mod.EVALS,
-                   start=went_on)
+        r = prober(old.config, went_on.iterations + cap, budget_mod.RULES.guard * seconds, never,
+                   budget_mod.RULES.evals, start=went_on)
     spent = time.perf_counter() - start
     p = found.planning
     planning = replace(p, seconds=p.seconds + spent, probes=p.probes + 1,

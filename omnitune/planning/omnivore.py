@@ -15,7 +15,7 @@ from omnitune.efficiency.perfmodel import PerfModel
 import omnitune.planning.budget as budget_mod
 import omnitune.planning.order as order
 import omnitune.planning.study as study_mod
-from omnitune.planning.final import FINAL_GROWTH, final
+from omnitune.planning.final import final
 from omnitune.planning.hardware import Hardware, eval_cost, measured_shape
 from omnitune.planning.phases import Spending
 from omnitune.planning.probes import Prober, ProbeRunner, label_loss, test_size
@@ -75,8 +75,8 @@ def search(profile: Profile, space: Space, prober: Prober, max_probe_iters: int 
     scored, finalists = final(scored, trials)
     b = spending.budget
     reason = b.reason if not finalists else \
-        f"{b.reason}; then the {finalists} leaders trained on, up to {FINAL_GROWTH:g}× their probes' training time " \
-        "within the budget"
+        f"{b.reason}; then the {finalists} leaders trained on, up to {budget_mod.RULES.final_growth:g}× their " \
+        "probes' training time within the budget"
     labels = label_loss(prober)
     guess = guessed(scored, trials.phase.by_loss, labels, log)
     if guess and not finalists:       # a final round's longer training outweighs the short probes
@@ -95,6 +95,6 @@ def guessed(scored: list[Scored], by_loss: bool, labels: float | None, log: Call
     frequencies (ranking.blind), said in the log."""
     if not (by_loss and blind(scored, labels)):
         return False
-    log(f"no probe's training loss fell {budget_mod.LEARNED:.0%} below {labels:.3f}, the loss of predicting the "
+    log(f"no probe's training loss fell {budget_mod.RULES.learned:.0%} below {labels:.3f}, the loss of predicting the "
         "training labels' frequencies: the ranking by loss is a guess")
     return True

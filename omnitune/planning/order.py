@@ -53,7 +53,7 @@ def run(trials: Trials) -> list[Scored]:
 
 def cold_start(trials: Trials, setups: list[Setup]) -> Scored | None:
     """Learning rate over decades at a reference setup (the batch nearest the middle, fastest,
-    among those a scout trains SCOUT_ITERS iterations of and with no faster twin); then every other
+    among those a scout trains budget.RULES.scout_iters iterations of and with no faster twin); then every other
     setup at the best rate and at the rate scaled with its update batch; then half a decade either
     side of the best setup's rate. Batches come before the refinement: when the budget is short,
     which batch matters more than a rate's last half decade."""
@@ -62,7 +62,7 @@ def cold_start(trials: Trials, setups: list[Setup]) -> Scored | None:
     sizes = trials.space.batch_sizes
     middle = sorted(sizes)[len(sizes) // 2]
     firsts = [s for s in setups if faster_twin(s, trials.setups) is None] or setups
-    enough = [s for s in firsts if budget_mod.SCOUT_S >= budget_mod.SCOUT_ITERS * s.probe_sec_per_iter]
+    enough = [s for s in firsts if budget_mod.RULES.scout_s >= budget_mod.RULES.scout_iters * s.probe_sec_per_iter]
     ref = max(enough or [min(firsts, key=lambda s: s.probe_sec_per_iter)],
               key=lambda s: (-abs(math.log(s.batch / middle)), s.samples_per_s))
     mu = trials.momenta(ref.variant)[0]

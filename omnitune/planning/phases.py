@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 import omnitune.planning.budget as budget_mod
@@ -22,10 +22,14 @@ from omnitune.planning.budget import Budget
 
 @dataclass(frozen=True)
 class ByTime:
-    least_iters: int = budget_mod.MIN_PROBE_ITERS    # fewer say nothing (more where scouts had not learned)
+    # fewer say nothing (more where scouts had not learned)
+    least_iters: int = field(default_factory=lambda: budget_mod.RULES.min_probe_iters)
     by_loss: ClassVar[bool] = False
     prunes: ClassVar[bool] = True
-    evals: ClassVar[int] = budget_mod.EVALS
+
+    @property
+    def evals(self) -> int:
+        return budget_mod.RULES.evals
 
     def iterations(self, sec: float, probe_sec: float, probe_s: float) -> int:
         """The budget's probe time's worth of iterations, at least `least_iters`."""
@@ -40,20 +44,23 @@ class ByLoss:
     train_s: float                  # each probe's predicted training time
     by_loss: ClassVar[bool] = True
     prunes: ClassVar[bool] = False
-    evals: ClassVar[int] = budget_mod.RANKING_EVALS
+
+    @property
+    def evals(self) -> int:
+        return budget_mod.RULES.ranking_evals
 
     def iterations(self, sec: float, probe_sec: float, probe_s: float) -> int:
         """The training time's worth of iterations at the setup's own speed."""
-        return max(budget_mod.MIN_PROBE_ITERS, round(self.train_s / sec))
+        return max(budget_mod.RULES.min_probe_iters, round(self.train_s / sec))
 
     def too_short(self, sec: float) -> str:
         """Why a setup this slow gets no fair comparison by loss ("" if it does): floored at
-        MIN_PROBE_ITERS it would train longer than the others and could win on loss for that alone."""
+        budget.RULES.min_probe_iters it would train longer than the others and could win on loss for that alone."""
         iters = self.train_s / sec
-        if iters >= budget_mod.MIN_PROBE_ITERS:
+        if iters >= budget_mod.RULES.min_probe_iters:
             return ""
         return (f"not probed: in the probes' training time of {self.train_s:.1f}s it would train {iters:.0f} "
-                f"iterations, under {budget_mod.MIN_PROBE_ITERS}: no fair comparison by loss")
+                f"iterations, under {budget_mod.RULES.min_probe_iters}: no fair comparison by loss")
 
 
 Phase = ByTime | ByLoss

@@ -36,7 +36,7 @@ class TestSized(Protocol):
 
 
 def test_size(prober: Prober) -> int:
-    return prober.test_size if isinstance(prober, TestSized) else budget_mod.PROBE_TEST
+    return prober.test_size if isinstance(prober, TestSized) else budget_mod.RULES.probe_test
 
 
 @runtime_checkable
@@ -90,7 +90,7 @@ class ProbeRunner:
         cap = self.iterations(sec, probe_sec, phase, spending)
         probe_s = cap * probe_sec
         # The iteration cap sets the probe's length; the time limit only guards a bad estimate.
-        limit_s = budget_mod.GUARD * max(probe_s, spending.budget.probe_s)
+        limit_s = budget_mod.RULES.guard * max(probe_s, spending.budget.probe_s)
         trial = study_mod.ask(self.study, pc)
         reported = {"step": -1}
 

@@ -10,7 +10,7 @@ import statistics
 
 from omnitune.core.plan import RANKED_BY_LOSS, RANKED_BY_TIME     # the plan records them; the planner reads them here
 from omnitune.efficiency.statmodel import ProbeResult
-from omnitune.planning.budget import LEARNED
+import omnitune.planning.budget as budget_mod
 from omnitune.planning.space import Config, Scored
 
 # Short-horizon bias (Wu et al. 2018): after equal short training a smaller learning rate often
@@ -93,14 +93,14 @@ def ranked_loss(s: Scored) -> float | None:
 
 
 def blind(scored: list[Scored], label_loss: float | None) -> bool:
-    """Whether a ranking by training loss ranked noise: no probe's training loss fell LEARNED
+    """Whether a ranking by training loss ranked noise: no probe's training loss fell budget.RULES.learned
     below `label_loss`, the loss of predicting the training labels' frequencies
     (workload.label_loss). Such probes have learned little beyond the frequencies, and which of
     them is lowest says little of how their runs will go: a run may need hundreds of iterations
     to leave that loss (docs/decisions.md, ranking.blind). False where `label_loss` is
     unknown."""
     losses = [loss for loss in map(ranked_loss, scored) if loss is not None]
-    return label_loss is not None and bool(losses) and min(losses) > (1 - LEARNED) * label_loss
+    return label_loss is not None and bool(losses) and min(losses) > (1 - budget_mod.RULES.learned) * label_loss
 
 
 def boldest(scored: list[Scored], label_loss: float) -> list[Scored]:

@@ -87,8 +87,8 @@ def retrain(trials: Trials, pc: ProbeConfig, sec: float) -> ProbeResult:
     """A probe of `pc` from scratch for the search's training time at `sec` per iteration."""
     assert isinstance(trials.phase, ByLoss)
     train_s = trials.phase.train_s
-    cap = max(budget_mod.MIN_PROBE_ITERS, round(train_s / sec))
-    limit_s = budget_mod.GUARD * max(budget_mod.MIN_PROBE_S, train_s)
-    r = trials.runner.go_on(pc, cap, limit_s, budget_mod.RANKING_EVALS)
+    cap = max(budget_mod.RULES.min_probe_iters, round(train_s / sec))
+    limit_s = budget_mod.RULES.guard * max(budget_mod.RULES.min_probe_s, train_s)
+    r = trials.runner.go_on(pc, cap, limit_s, budget_mod.RULES.ranking_evals)
     trials.runner.results[pc] = r
     return r

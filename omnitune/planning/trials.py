@@ -85,16 +85,16 @@ class Trials:
 
     def lengthen(self, s: Setup, lr: float, mu: float) -> bool:
         """Scouts that have not learned cannot rank rates: their losses sit within noise of the
-        untrained loss, and the rate they pick is a draw (docs/decisions.md, budget.LEARNED).
+        untrained loss, and the rate they pick is a draw (docs/decisions.md, budget.RULES.learned).
         So while this scout's training
-        loss is less than LEARNED below its first minibatch's, it trains on to twice the
-        iterations, from where it stopped (ProbeRunner.run; at most SCOUT_DOUBLINGS times), and
+        loss is less than budget.RULES.learned below its first minibatch's, it trains on to twice the
+        iterations, from where it stopped (ProbeRunner.run; at most budget.RULES.scout_doublings times), and
         reads as one probe of them all would; every later probe trains at least as many (the
-        phase), and the budget with no prediction covers SCOUTS decades of them beyond what was
+        phase), and the budget with no prediction covers budget.RULES.scouts decades of them beyond what was
         spent (this scout's going on, the others from scratch); a budget that `--budget-s` pinned
         may not, and then the scouts stay as they are.
         False where the scout says nothing on this (none, or diverged): the next decade's decides."""
-        for _ in range(budget_mod.SCOUT_DOUBLINGS):
+        for _ in range(budget_mod.RULES.scout_doublings):
             r = self.runner.results.get(s.probe(lr, mu, self.decay))
             if r is None or r.status == ProbeStatus.DIVERGED:
                 return False
@@ -103,8 +103,8 @@ class Trials:
             longer = ByTime(2 * max(self.phase.least_iters, r.iters or 0))
             # this scout's iterations beyond where it stopped, and the other decades' from scratch
             start = self.runner.handoff(s.probe(lr, mu, self.decay))
-            iters = (budget_mod.SCOUTS * longer.least_iters if start is None
-                     else budget_mod.SCOUTS * longer.least_iters - start.iterations)
+            iters = (budget_mod.RULES.scouts * longer.least_iters if start is None
+                     else budget_mod.RULES.scouts * longer.least_iters - start.iterations)
             scouts_s = iters * s.probe_sec_per_iter
             self.spending.at_least(self.spending.elapsed() + scouts_s, self.runner.predicted)
             if not self.spending.fits(longer.least_iters, s.probe_sec_per_iter):
@@ -132,7 +132,7 @@ class Trials:
         # then on; if the budget no longer has it, there is no final round, and the rate had the
         # budget instead.
         probed = {key[0] for key, skipped in self.tried.items() if skipped is None} | {s}
-        finals = self.phase.by_loss and len(probed) >= budget_mod.FINALISTS
+        finals = self.phase.by_loss and len(probed) >= budget_mod.RULES.finalists
         reserve = budget_mod.final_reserve_s(self.probe_s(iters * s.probe_sec_per_iter)) if finals else 0.0
         if self.runner.probes_run and not self.spending.fits(iters, s.probe_sec_per_iter, reserve):
             return Skipped(f"not probed: planning budget of {self.spending.budget.seconds:.1f}s spent")
@@ -213,7 +213,7 @@ class Trials:
 
 def learned(r: ProbeResult) -> bool:
     """Whether a probe says something about its rate: it reached or predicts a time, or its
-    training loss fell LEARNED below its first minibatch's (or either is unknown)."""
+    training loss fell budget.RULES.learned below its first minibatch's (or either is unknown)."""
     if r.ranks_by_time or r.start_loss is None or r.train_loss is None:
         return True
-    return r.train_loss <= (1 - budget_mod.LEARNED) * r.start_loss
+    return r.train_loss <= (1 - budget_mod.RULES.learned) * r.start_loss

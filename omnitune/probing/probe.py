@@ -25,7 +25,8 @@ from omnitune.core.plan import Plan
 from omnitune.core.runspec import RunSpec
 from omnitune.efficiency import statmodel
 from omnitune.efficiency.statmodel import ProbeConfig, ProbeResult, ProbeStatus
-from omnitune.planning.budget import EVALS, probe_test_size
+import omnitune.planning.budget as budget_mod
+from omnitune.planning.budget import probe_test_size
 from omnitune.planning.probes import HandsOn, Prober
 from omnitune.probing.emulator import emulator
 from omnitune.runtime import checkpoint
@@ -157,7 +158,8 @@ def make_prober(wl: Workload, data_dir: str | None, target: Target | float, seed
     test = first(test, probe_test_size(target.score, len(test)))
 
     def prober(cfg: ProbeConfig, max_iters: int, max_seconds: float, on_eval=lambda it, acc: False,
-               evals: int = EVALS, start: Handoff | None = None) -> ProbeResult:
+               evals: int | None = None, start: Handoff | None = None) -> ProbeResult:
+        evals = budget_mod.RULES.evals if evals is None else evals
         r, prober.handoffs[cfg] = run_probe(wl, train, test, cfg, target, max_iters, max_seconds, seed,
                                             on_eval=on_eval, schedule=eval_schedule(max_iters, evals), start=start)
         return r
