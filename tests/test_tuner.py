@@ -165,7 +165,7 @@ def test_without_a_target_or_with_cool_down_off_nothing_cools():
 
 
 @pytest.mark.parametrize("bad", [dict(unstable=1.0), dict(cut=1.0), dict(ceiling=0.0), dict(cool_floor=1.5),
-                                 dict(climb=0.5), dict(plateau_share=0.0)])
+                                 dict(climb=0.5), dict(plateau_share=0.0), dict(sudden=1.2)])
 def test_a_policy_out_of_range_is_refused(bad):
     with pytest.raises(ValueError):
         Policy(**bad)

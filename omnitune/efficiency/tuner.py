@@ -115,8 +115,10 @@ class Policy:
     def __post_init__(self):
         if not self.unstable > 1:
             raise ValueError(f"unstable must be above 1, got {self.unstable}")
-        if not (self.climb >= 1 and self.climb_most >= 1 and self.sudden > self.unstable):
+        if not (self.climb >= 1 and self.climb_most >= 1):
             raise ValueError(f"climb and climb_most must be at least 1, got {self.climb}, {self.climb_most}")
+        if not self.sudden > self.unstable:
+            raise ValueError(f"sudden must be above unstable ({self.unstable}), got {self.sudden}")
         for name in ("cut", "ceiling", "cool_share", "cool_floor", "plateau_share"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
