@@ -13,9 +13,8 @@ on log e:
 Each family weighs the likelihood of its errors forecasting the curve's last `HELD_BACK` from the
 readings before it (a backtest: how a family extrapolates, not how it fits), Gaussian with the
 best whole fit's residual variance; the ensemble's crossing is the weighted mean of the
-families' log crossings. A family whose
-curve levels off above the target, or rises, has no crossing; where those families hold half the
-weight or more the curve says "not reached".
+families' log crossings. A family whose curve levels off above the target, or rises, has no
+crossing; where those families hold half the weight or more the curve says "not reached".
 """
 
 from __future__ import annotations

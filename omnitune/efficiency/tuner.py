@@ -134,7 +134,7 @@ class Tuner:
         self.policy, self.target = policy, target_score
         self.stable_lr = knobs.lr            # the rate outside a cool-down
         self.ceiling = math.inf
-        self.climb_most = knobs.lr * policy.climb_most
+        self.highest = knobs.lr * policy.climb_most   # the rate the climbs may reach
         self.lowest, self.quiet_until, self.over_since = math.inf, 0, None
         self.lowest_at = None                # the iteration of the loss's lowest since the last change
         self.first_at = None                 # the iteration of the first loss reading
@@ -178,7 +178,7 @@ class Tuner:
         """A step up the range test, where the loss still falls and no edge was met."""
         p = self.policy
         if (p.climb == 1 or self.ceiling < math.inf or self.cooled or loss.iteration < self.climb_at
-                or self.stable_lr * p.climb > self.climb_most * (1 + 1e-9)):
+                or self.stable_lr * p.climb > self.highest * (1 + 1e-9)):
             return None
         falling = self.climb_loss is not None and loss.average < self.climb_loss
         self.climb_at, self.climb_loss = loss.iteration + p.climb_every, loss.average
