@@ -3,11 +3,12 @@
     python -m benchmarks.retune [--quick] [--only NAME] [--seeds N] [--arms re-tuned,pinned] [--plan PLAN]
 
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
-checkpoint three ways, seed by seed across them (interleaved, so the machine's drift falls on
+checkpoint in several ways, seed by seed across them (interleaved, so the machine's drift falls on
 all alike, and each seed in a rotated order, so no arm always runs first): re-tuned as `omnitune
 run` re-tunes (rates, momenta and, priced by the profile's hardware model, twice and half the
-batch), re-tuned over rates and momenta only (the pauses before batches were candidates), and
-pinned (`--no-retune`). A re-tuned run's time is what the user waits for: its training to the
+batch), re-tuned over rates and momenta only (the pauses before batches were candidates),
+pinned (`--no-retune`), tuned in place with no pause (`--in-place --no-retune`), and tuned in
+place with pauses only as insurance (`--in-place`). A re-tuned run's time is what the user waits for: its training to the
 target plus its pauses (probes and restarts). A run that misses its target counts as its time
 limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
 the rates and batches the pauses chose.
@@ -50,16 +51,20 @@ from omnitune.runtime import job
 FULL = ("teacher-mlp", "gru-count", "denoise-waves")
 QUICK = ("lenet-digits",)
 COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "changes", "lrs", "batches"]
-# What the run may change: everything at pauses; lr and momentum at pauses; nothing; or, with no
-# pause, what the in-run tuner changes in place (efficiency/tuner.py: stability and cool-down).
-ARMS = ("re-tuned", "rates only", "pinned", "in place")
+# What the run may change: everything at pauses; lr and momentum at pauses; nothing; with no
+# pause, what the in-run tuner changes in place (efficiency/tuner.py: stability, cool-down and,
+# where the plan's group is synchronous, the batch by goodput); or in place with pauses only as
+# insurance, at a divergence, a stall or a pace that misses the limit (job.run_with_replans).
+ARMS = ("re-tuned", "rates only", "pinned", "in place", "tuned")
 IN_PLACE = Policy(cool_down=True)
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
-    options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"),
-                             in_place=IN_PLACE if arm == "in place" else None)
-    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm == "re-tuned") \
+    in_place = None
+    if arm in ("in place", "tuned"):
+        in_place = replace(IN_PLACE, speeds=api.goodput_speeds(plan_mod.load(plan_path), plan_path))
+    options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"), in_place=in_place)
+    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm in ("re-tuned", "tuned")) \
         if options.retune else (None, None)
     s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
     pauses = work / tag / "replans.jsonl"
@@ -105,7 +110,8 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
     by = {r["config"]: r for r in rows}
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
                            ("rates only", "pinned", "retuned_over_pinned"), ("in place", "pinned", "in_place_over_pinned"),
-                           ("in place", "re-tuned", "in_place_over_retuned")):
+                           ("in place", "re-tuned", "in_place_over_retuned"), ("tuned", "pinned", "tuned_over_pinned"),
+                           ("tuned", "re-tuned", "tuned_over_retuned")):
         if arm in by and over in by:        # a median that is a miss is only a bound: no ratio
             by[arm][key] = (by[arm]["median_s"] / by[over]["median_s"]
                             if median_reached(by[arm]["runs"]) and median_reached(by[over]["runs"]) else None)

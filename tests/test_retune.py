@@ -458,6 +458,46 @@ def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_co
     assert _unanswered_stall(s) is None
 
 
+def test_a_run_tuned_in_place_pauses_only_as_insurance(tmp_path, monkeypatch):
+    """run_with_replans not `scheduled` (the run is tuned in place), a fake launcher on one clock
+    under a 170-s limit: where the schedule would pause at 140 s (as above), no segment has a
+    stop; the first ends at 50 s by itself (as a stall or a divergence ends one), and only then
+    does the run pause, once, and go on to its limit. Fails if a scheduled pause comes, or if
+    the insurance pause does not."""
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    stops, pauses = [], []
+
+    def run_job(args):
+        stops.append(args.stop_at_s)
+        clock["t"] += job.RESTART_S
+        end = 50.0 if len(stops) == 1 else min(args.stop_at_s, 170.0)
+        clock["t"] += end - clock["train"]
+        clock["train"] = end
+        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
+                          (int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        clock["t"] += 9.5
+        pauses.append(clock["train"])
+        return spec, {"before": {}, "after": {}, "switched": False}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=170.0))
+    s = job.run_with_replans(plan, replace(args, max_time_s=170.0), None, replan, 9.5, scheduled=False)
+    assert stops == [math.inf, math.inf] and pauses == [50.0]
+    assert s.replans == 1 and s.first_pause_at_s is None
+
+
 @pytest.mark.parametrize("predicted", [None, 1000, 5000])
 def test_a_schedule_is_refitted_at_the_runs_own_pace(tmp_path, monkeypatch, predicted):
     """run_with_replans on a fake clock, its pace check at 12 s of a 240-s limit and the first pause

@@ -150,7 +150,8 @@ def run(plan_path: str, out_dir: str, options: RunOptions = RunOptions(),
         return run_job(dataclasses.replace(job, stall_stop_from_s=0.0 if options.stop_on_stall else float("inf")))
     body = functools.partial(run_with_replans, plan, job, options.replan_every_s, replan, first_pause_s,
                              restart_s=RESUME_S if segments.waits(job) else RESTART_S,
-                             from_limit=plan.prediction.iters_to_target is None)
+                             from_limit=plan.prediction.iters_to_target is None,
+                             scheduled=options.in_place is None)
     return segments.resident(body, run_job)
 
 
@@ -235,7 +236,8 @@ def next_stop(last_stop_s: float, spent_s: float, cost_s: float) -> float:
 
 def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, replan: Replanner,
                      first_pause_s: float | None = None, launch: Callable[[JobArgs], RunSummary] | None = None,
-                     restart_s: float = RESTART_S, from_limit: bool = False) -> RunSummary:
+                     restart_s: float = RESTART_S, from_limit: bool = False,
+                     scheduled: bool = True) -> RunSummary:
     """The run in segments, re-tuned between them; `launch` runs a segment (default `run_job`:
     new processes for each; segments.py keeps them). A pause costs what the run waits for: the
     re-tuning probes and the restart of the processes after them (the next segment's wall time
@@ -243,10 +245,12 @@ def run_with_replans(plan: plan_mod.Plan, job: JobArgs, every_s: float | None, r
     `next_stop`, or every `every_s` seconds of training. Until a pause is timed, its probes are
     taken to cost `first_pause_s` (the re-tuner's own estimate), else FIRST_COST_S less the restart.
     A schedule is re-fitted at the run's pace first (`pace_check_at`, `paced`; `from_limit`: its
-    horizon spans the time limit, the plan predicting no iterations)."""
+    horizon spans the time limit, the plan predicting no iterations). Not `scheduled` (the run is
+    tuned in place, reading the run itself): no pause on a schedule, only the insurance ones, at
+    a divergence, a stall, or a pace that misses the time limit."""
     job = dataclasses.replace(job, retuned=True, diverge_stop=True)
     launch = launch or run_job
-    led = Ledger.start(_trained_s(job.resume_from), first_pause_s, restart_s)
+    led = Ledger.start(_trained_s(job.resume_from), first_pause_s, restart_s, scheduled)
     check_s = pace_check_at(job.spec, job.max_time_s, led.train_s)
     while True:
         stop_s = led.next_stop(every_s, job.max_time_s)
@@ -283,11 +287,12 @@ class Ledger:
     diverged_at_s: float | None = None
     first_stop_s: float | None = None
     repaced: dict | None = None
+    scheduled: bool = True           # pauses come on a schedule too, not only as insurance
 
     @classmethod
-    def start(cls, train_s: float, first_pause_s: float | None, restart_s: float) -> Ledger:
+    def start(cls, train_s: float, first_pause_s: float | None, restart_s: float, scheduled: bool = True) -> Ledger:
         probes_s = FIRST_COST_S - RESTART_S if first_pause_s is None else first_pause_s
-        return cls(train_s, probes_s, restart_s, wall_before=train_s, started_at_s=train_s)
+        return cls(train_s, probes_s, restart_s, wall_before=train_s, started_at_s=train_s, scheduled=scheduled)
 
     @property
     def cost_s(self) -> float:
@@ -297,7 +302,10 @@ class Ledger:
     def next_stop(self, every_s: float | None, max_time_s: float) -> float:
         """When the next segment ends for a pause: every `every_s`, else at `next_stop` (what
         re-tuning has cost by then: what was spent, the restart owed, and this pause), or never
-        where a pause there would leave less of the time limit than it costs."""
+        where a pause there would leave less of the time limit than it costs, or where pauses come
+        only as insurance (not `scheduled`)."""
+        if every_s is None and not self.scheduled:
+            return math.inf
         if every_s is not None:
             stop_s = self.train_s + every_s
         else:
