@@ -13,7 +13,11 @@ truth is the time the run reached it (its summary's `time_to_target_s`, evaluati
 the ETA's clock). A run whose readings up to then give no estimate counts as "no estimate", and
 one whose band has no top as "no band": neither has held.
 
-Three models side by side, each with its own band: "curves", the ensemble of curve families
+Six models side by side, each with its own band: "power", a power law of the iterations fitted
+to the readings past the first quarter (a curve that slows as it goes), "between", the geometric
+mean of the pace's and the power law's iterations left, "pace-drift", the pace corrected by its
+own drift (the finish times it said over the latest half of the run, extrapolated to where they
+meet the clock), "curves", the ensemble of curve families
 (efficiency/curves.py: exponential, power law, power law to a floor, weighted by how each
 forecast the curve's own last third), "curves-recent", the same on the readings past the first
 quarter of the iterations, and "pace", the recent pace alone (the ETA before them).
@@ -53,7 +57,7 @@ from omnitune.planning import Config
 from omnitune.runtime import summary as summary_mod
 
 SHARES = (0.25, 0.5)          # of the run's time to target at which the ETA is read
-MODELS = ("pace", "curves", "curves-recent")   # the first is eta.estimate's own: its fields are unprefixed
+MODELS = ("pace", "power", "between", "pace-drift", "curves", "curves-recent")   # the first is eta.estimate's own: unprefixed
 GOALS = {"median_error_0.25": 0.15, "held_share_0.25": 0.80, "median_width_0.25": 2.5, "median_error_0.5": 0.10,
          "cost_share": 0.01}
 QUICK_RUNS = 4

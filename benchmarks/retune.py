@@ -44,26 +44,22 @@ from omnitune import api
 from omnitune.core import plan as plan_mod, profile as profile_mod
 from omnitune.core.change import changes
 from omnitune.core.cluster import local_cluster
-from omnitune.efficiency.tuner import Policy
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
 FULL = ("teacher-mlp", "gru-count", "denoise-waves")
 QUICK = ("lenet-digits",)
-COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "pauses", "pause_s", "changes", "lrs", "batches"]
-# What the run may change: everything at pauses; lr and momentum at pauses; nothing; with no
-# pause, what the in-run tuner changes in place (efficiency/tuner.py: stability, cool-down and,
-# where the plan's group is synchronous, the batch by goodput); or in place with pauses only as
-# insurance, at a divergence, a stall or a pace that misses the limit (job.run_with_replans).
+COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "iters_over_pinned", "pauses", "pause_s", "changes", "lrs", "batches"]
+# What the run may change: everything at pauses, on a schedule and as insurance (`--no-in-place`);
+# lr and momentum at pauses; nothing; with no pause, what the in-run tuner changes in place
+# (job.IN_PLACE: stability and cool-down); or in place with pauses only as insurance, at a
+# divergence, a stall or a pace that misses the limit (`omnitune run`'s default).
 ARMS = ("re-tuned", "rates only", "pinned", "in place", "tuned")
-IN_PLACE = Policy(cool_down=True)
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
-    in_place = None
-    if arm in ("in place", "tuned"):
-        in_place = replace(IN_PLACE, speeds=api.goodput_speeds(plan_mod.load(plan_path), plan_path))
-    options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"), in_place=in_place)
+    options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"),
+                             in_place=job.IN_PLACE if arm in ("in place", "tuned") else None)
     replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm in ("re-tuned", "tuned")) \
         if options.retune else (None, None)
     s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
@@ -72,7 +68,8 @@ def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> 
     metrics = work / tag / "metrics.jsonl"
     lines = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
     return {"time_s": (s.time_to_target_s + s.replan_s) if s.reached_target else limit_s,
-            "reached": s.reached_target, "pauses": s.replans, "pause_s": s.replan_s,
+            "reached": s.reached_target, "iterations": s.iterations if s.reached_target else None,
+            "pauses": s.replans, "pause_s": s.replan_s,
             "changes": [{k: c[k] for k in ("iteration", "train_s", "why", "lr", "batch_size")} for c in changes(lines)],
             "train_s": s.wall_s - s.eval_s, "stalled_at_s": s.stalled_at_s, "decisions": chosen}
 
@@ -108,6 +105,9 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
                      "batches": sorted({sum(a["batch_size"].values()) for a in switched if "batch_size" in a}),
                      "runs": rs, "plan": describe_plan(planned["plan"])})
     by = {r["config"]: r for r in rows}
+    for arm, r in by.items():       # the same seed's runs side by side: the machine's drift is not in iterations
+        if arm != "pinned" and "pinned" in by:
+            r["iters_over_pinned"] = paired_iterations(r["runs"], by["pinned"]["runs"])
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
                            ("rates only", "pinned", "retuned_over_pinned"), ("in place", "pinned", "in_place_over_pinned"),
                            ("in place", "re-tuned", "in_place_over_retuned"), ("tuned", "pinned", "tuned_over_pinned"),
@@ -119,6 +119,17 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
         r["held_out"] = WORKLOADS[name].held_out
         r["recorded"] = recorded()        # the row's own: a run of --only keeps the rows of other sessions
     return rows
+
+
+def paired_iterations(runs: list[dict], pinned: list[dict]) -> float | None:
+    """The median over seeds of a run's iterations to target over the pinned run's of the same
+    seed (both reached): what the changes did to the iterations, free of the seconds an
+    iteration took on the machine at the time, which moved a run's time by up to a fifth where
+    both made the same iterations (2026-12-06). On one worker an iteration is a model update; on
+    several a step of every replica. None where no seed reached in both."""
+    ratios = [r["iterations"] / p["iterations"] for r, p in zip(runs, pinned)
+              if r.get("iterations") and p.get("iterations")]
+    return statistics.median(ratios) if ratios else None
 
 
 def given_plan(path: Path, work: Path) -> dict:

@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -146,11 +145,9 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
     and where the profile prices them (`pause_step_s`) its batch and protocol, when that costs
     at most a tenth of its training so far, and at once when it diverges (planning/retune.py).
     `notice` hears where the pauses cannot price batches (the plan's profile is not at hand).
-    With `options.in_place`, the in-run tuner's goodput rule gets the batches the profile prices
-    (`goodput_speeds`)."""
-    if options.in_place is not None and not options.in_place.speeds:
-        plan = plan_mod.load(plan_path)
-        options = replace(options, in_place=replace(options.in_place, speeds=goodput_speeds(plan, plan_path)))
+    With `options.in_place` (the default, job.IN_PLACE), the run is tuned in place and pauses
+    only as insurance; its batch stays unless that policy is given the batches' speeds
+    (`goodput_speeds`: docs/decisions.md, job.IN_PLACE)."""
     if not options.retuning:
         return job.run(str(plan_path), str(out_dir), options)
     replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice)
@@ -260,7 +257,8 @@ GOODPUT_SCALES = (0.5, 1.0, 2.0, 4.0)    # the batches, times the plan's, the in
 
 def goodput_speeds(plan: Plan, plan_path: str | Path) -> tuple[tuple[int, float], ...]:
     """(total batch, samples a second) at GOODPUT_SCALES of the plan's batches, by the hardware
-    model of its profile; none where the profile is not at hand."""
+    model of its profile; none where the profile is not at hand. The in-run tuner's goodput rule
+    moves the batch among these: `RunOptions(in_place=replace(job.IN_PLACE, speeds=...))`."""
     step_s = pause_step_s(plan, plan_path)
     out = []
     for scale in GOODPUT_SCALES:

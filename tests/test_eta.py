@@ -156,3 +156,18 @@ def test_a_plan_without_a_prediction_schedules_over_the_runs_time_limit():
     assert scheduled(spec, 300.0, 0.1).horizon == 3000
     assert scheduled(replace(spec, horizon=500), 300.0, 0.1).horizon == 500      # the plan's prediction stands
     assert scheduled(spec, 300.0, 0.0).horizon == 0
+
+
+def test_the_power_law_model_forecasts_a_curve_that_slows_where_the_pace_is_early():
+    """A curve whose error falls as a power of the iterations, 2 / sqrt(it), read to 400
+    iterations: it reaches 0.95 at 1,600. The power model says so within 2%; the pace (an error
+    falling by the same factor every iteration) puts it well before, and "between" lies between
+    the two. A curve that falls by the same factor each iteration (`paced`) is the pace's: there
+    the power law errs late. Fails if a model reads the wrong space (log-log against log-linear)
+    or "between" leaves the interval its two ends make."""
+    lines = [{"attempt": 0, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
+              "test_accuracy": 1.0 - 2.0 / math.sqrt(it)} for it in range(40, 401, 20)]
+    power, pace, between = (estimate(lines, 0.95, model=m).iters_to_target for m in ("power", "pace", "between"))
+    assert power == pytest.approx(1600, rel=0.02)
+    assert pace < 0.8 * power and pace < between < power
+    assert estimate(paced(30), 0.95, model="power").iters_to_target > 1.2 * 2303

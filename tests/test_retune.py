@@ -1056,3 +1056,40 @@ def test_a_pauses_first_cost_counts_no_goodput_for_adamw_and_the_test_set_it_has
     assert validation_size(wl, str(tmp_path)) == RETUNE_VALIDATION  # a data dir: never from the cache
     wl.cache_path().write_bytes(b"not a cache file")
     assert validation_size(wl, None) == RETUNE_VALIDATION          # unreadable: the most, no rebuild
+
+
+def test_a_pause_reads_around_the_values_in_force_and_never_goes_back_over_the_runs_edge(tmp_path):
+    """The run's checkpoint says its changes in place left lr 0.05 at batch 32 in force over a
+    segment launched at lr 0.1, batch 16: the pause reads around those (`in_force`), not the
+    plan's. The tuner cut 0.08 at batch 16 (a change "unstable" to 0.04): the run's edge is 0.005
+    a sample. A pause's choice of 0.1 at batch 16 (0.00625 a sample: past it) is held at half the
+    edge (0.04), one of 0.06 at batch 32 (under it) stands; a divergence at the values in force
+    (0.05 at 32, 0.0016 a sample) lowers the edge to that. Fails if a pause reads the plan's
+    values, or takes the run back over an edge it met (gru-count's pause after a divergence chose
+    the rate that diverged again, 2026-12-06)."""
+    from dataclasses import replace
+
+    from omnitune.core.change import Knobs
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import checkpoint, job
+    from tests.conftest import make_plan
+
+    spec = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]])).spec
+    spec = replace(spec, lr=0.1, batch_size={"cpu0": 16})
+    path = tmp_path / "checkpoint.pt"
+    assert job.in_force(spec, path) is spec                         # no checkpoint: the spec
+    now = Knobs(0.05, spec.momentum, {"cpu0": 32})
+    checkpoint.save_state(path, {"model": {}, "optimizer": {}, "knobs": {"base": Knobs.of(spec).to_dict(),
+                                                                         "now": now.to_dict()}}, 100, 1.0)
+    assert (job.in_force(spec, path).lr, job.in_force(spec, path).batch_size) == (0.05, {"cpu0": 32})
+    assert job.in_force(replace(spec, lr=0.2), path).lr == 0.2     # another segment's checkpoint: its own
+    lines = [{"iteration": 50, "test_accuracy": 0.5},
+             {"event": "change", "iteration": 60, "why": "unstable", "lr": 0.04, "batch_size": {"cpu0": 16}},
+             {"event": "change", "iteration": 70, "why": "cool-down", "lr": 0.001, "batch_size": {"cpu0": 16}}]
+    over = job.edge(lines, None, 0.5)
+    assert over == pytest.approx(0.005)
+    assert job.below_edge(spec, over, 0.5).lr == pytest.approx(0.04)
+    wider = replace(spec, lr=0.06, batch_size={"cpu0": 32})
+    assert job.below_edge(wider, over, 0.5) is wider
+    assert job.edge(lines, job.in_force(spec, path), 0.5) == pytest.approx(0.05 / 32)
+    assert job.edge(lines[:1], None, 0.5) is None and job.below_edge(spec, None, 0.5) is spec

@@ -282,18 +282,16 @@ def run(
     from_scratch: bool = typer.Option(False, help="start from untrained weights, not where the plan's chosen "
                                       "probe stopped"),
     retune: bool = typer.Option(True, "--retune/--no-retune", help="pause to re-tune lr, momentum, batch and "
-                                "protocol from a checkpoint whenever that costs at most a tenth of the training so far "
-                                "(Omnivore's epochs), and at once from the best checkpoint when the run "
-                                "diverges; --no-retune runs the plan as it is"),
+                                "protocol from a checkpoint when the run diverges, stalls or is off the pace its "
+                                "time limit needs (with --no-in-place: also whenever that costs at most a tenth of "
+                                "the training so far, Omnivore's epochs); --no-retune: no pause"),
     replan_every_s: Optional[float] = typer.Option(None, help="re-tune every this many seconds of training "
                                                    "instead"),
     stop_on_stall: bool = typer.Option(False, help="instead of re-tuning, end the run once the latest fifth of "
                                        "its training reads no better than the fifth before"),
-    in_place: bool = typer.Option(False, "--in-place/--no-in-place", help="tune the running job in place, "
+    in_place: bool = typer.Option(True, "--in-place/--no-in-place", help="tune the running job in place, "
                                   "reading the run itself: halve the rate when the training loss climbs past its "
-                                  "edge of stability, move the batch to the most goodput by the replicas' gradient "
-                                  "noise (sync), and cool the rate down as the target nears (with --no-retune: no "
-                                  "pause at all)"),
+                                  "edge of stability, and cool the rate down as the target nears"),
     replan_probe_iters: int = typer.Option(30, help="iterations of each re-tuning probe"),
     checkpoint_every_s: Optional[float] = typer.Option(None, help="checkpoint every this many seconds of training"),
     max_restarts: int = typer.Option(0, help="after a process fails, restart all from the last checkpoint "
@@ -310,14 +308,13 @@ def run(
         _print_commands(plan_path, out_dir, print_commands, fmt, _run_options(locals()))
         return
     launch.start_server()        # its imports (torch, ~2 s) overlap this process's own
-    from omnitune.efficiency.tuner import Policy
     from omnitune.runtime import job
     try:
         options = job.RunOptions(max_time_s=max_time_s, eval_every_s=eval_every_s, timeout_s=timeout_s,
                                  resume=resume, from_scratch=from_scratch, replan_every_s=replan_every_s,
                                  replan_probe_iters=replan_probe_iters, checkpoint_every_s=checkpoint_every_s,
                                  max_restarts=max_restarts, node_rank=node_rank, retune=retune,
-                                 stop_on_stall=stop_on_stall, in_place=Policy(cool_down=True) if in_place else None)
+                                 stop_on_stall=stop_on_stall, in_place=job.IN_PLACE if in_place else None)
         summary = _execute(plan_path, out_dir, options)
     except UserError as e:
         _fail(e)

@@ -25,6 +25,8 @@ import omnitune.efficiency.statmodel as statmodel
 MIN_READINGS = 4         # fewer readings fit no curve worth showing
 PACE_FROM = 0.75         # seconds per iteration over the training since this share of it
 BAND = (0.46, 4.8)       # the training left, actual over estimated: 10th and 90th percentiles (docs/decisions.md)
+DRIFT_POINTS = 8         # the pace-drift model's earlier estimates
+DRIFT_MOST = 0.8         # the most slope of their finish times that it extrapolates
 DISCOUNT = 0.25          # a reading's weight before the run's last change, while too few readings follow it
 
 
@@ -55,6 +57,8 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     ensemble of efficiency/curves.py) or "curves-recent" (the ensemble on the readings past the
     first statmodel.RECENT of the iterations); `band`: the factors of the training left."""
     target = of(target)
+    if model == "pace-drift":
+        return _drifted(lines, target, test_size, band)
     mine = attempt_readings(lines, target)
     if len(mine) < MIN_READINGS:
         return None
@@ -77,16 +81,61 @@ def estimate(lines: list[dict], target: Target | float, test_size: int | None = 
     return Eta(now, it, acc, left, (left * band[0], left * band[1]), why, crossing)
 
 
+def _drifted(lines: list[dict], target: Target, test_size: int | None, band: tuple[float, float]) -> Eta | None:
+    """The pace's estimate, corrected by its own drift: the finish times it said at up to
+    DRIFT_POINTS readings of the latest half of the training so far (since the last change),
+    fitted as a line in the time they were said, a + b t; where the estimates are unbiased the
+    line is flat, where they keep moving later (a curve slowing past the pace) or earlier it
+    slopes, and the finish is where the line meets the clock, t = a / (1 - b), b at most
+    DRIFT_MOST. Too few estimates: the pace's own."""
+    e = estimate(lines, target, test_size, "pace", band)
+    if e is None or e.eta_s is None or e.eta_s == 0:
+        return e
+    mine = attempt_readings(lines, target)
+    since = last_change(lines, mine)
+    times = [float(x["train_s"]) for x in mine if x["iteration"] >= since and float(x["train_s"]) >= e.train_s / 2]
+    step = max(1, len(times) // DRIFT_POINTS)
+    said = []
+    for t in times[::-1][::step][:DRIFT_POINTS]:
+        x = estimate([y for y in lines if float(y.get("train_s", 0.0)) <= t], target, test_size, "pace", band)
+        if x is not None and x.eta_s is not None and x.eta_s > 0:
+            said.append((x.train_s, x.train_s + x.eta_s))
+    if len(said) < MIN_READINGS or len({t for t, _ in said}) < 2:
+        return e
+    slope, at0 = _line(said)
+    slope = max(-1.0, min(slope, DRIFT_MOST))
+    finish = max(at0 / (1 - slope), e.train_s)
+    left = finish - e.train_s
+    return Eta(e.train_s, e.iteration, e.accuracy, left, (left * band[0], left * band[1]),
+               "at the recent pace, corrected by its drift", e.iters_to_target)
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares y = a + b x through the points: (b, a)."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return b, my - b * mx
+
+
 def _crossing(model: str, iters: list[int], scores: list[float], target: Target, since: int,
               test_size: int | None) -> tuple[float | None, str]:
     """The iteration where the model puts the target, and what the estimate says of it."""
     segment = [k for k, t in enumerate(iters) if t >= since]
     if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
         iters, scores = [iters[k] for k in segment], [scores[k] for k in segment]
-    if model == "pace":
+    if model in ("pace", "power", "between"):
         if len(statmodel.recent(iters, scores)[0]) < MIN_READINGS:
             return None, f"fewer than {MIN_READINGS} readings past the first {statmodel.RECENT:.0%} of the iterations"
-        x = statmodel.pace_crossing(iters, scores, target.score, None if target.on_loss else test_size)
+        size = None if target.on_loss else test_size
+        pace = statmodel.pace_crossing(iters, scores, target.score, size) if model != "power" else None
+        power = statmodel.power_crossing(iters, scores, target.score, size) if model != "pace" else None
+        if model == "between" and pace is not None and power is not None:   # iterations left: their geometric mean
+            last = max(iters)
+            x = last + math.sqrt(max(pace - last, 0.0) * max(power - last, 0.0))
+        else:
+            x = pace if model == "pace" else power
         return x, "at the recent pace" if x is not None else "no progress in the recent readings"
     floor = 0.5 / test_size if test_size and not target.on_loss else 1e-12
     errors = [max(1.0 - s, floor) for s in scores]

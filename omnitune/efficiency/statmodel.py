@@ -116,6 +116,20 @@ def pace_crossing(iters, accuracy, target: float, test_size: int | None = None) 
     return float(max((math.log(1.0 - target) - at0) / slope, t.max()))
 
 
+def power_crossing(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
+    """Where the error reaches 1 - target if it keeps falling as the power of the iterations it
+    fell by over the curve's recent part (log error linear in log t, no floor): a curve that
+    slows as it goes, between the pace (which never slows) and the plateau (which stops). None
+    when the recent error does not fall, or the target is a perfect score."""
+    t, e = recent(iters, accuracy)
+    if len(t) < 4 or target >= 1.0:
+        return None
+    slope, at0 = np.polyfit(np.log(t), np.log(np.maximum(e, 0.5 / (test_size or 10_000))), 1)
+    if slope >= 0:
+        return None
+    return float(max(math.exp(min((math.log(1.0 - target) - at0) / slope, 700.0)), t.max()))
+
+
 def pace_share(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
     """How much of its way to `target` a curve has come: its last iteration over the one where its
     recent pace crosses the target (`pace_crossing`). None where the pace never gets there, or

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from omnitune.core import plan as plan_mod
-from omnitune.core.change import Why, evaluations
+from omnitune.core.change import Knobs, Why, changes, evaluations
 from omnitune.core.errors import UserError
 from omnitune.core.files import append_jsonl, to_dict
 from omnitune.core.runspec import RunSpec
@@ -43,6 +43,13 @@ from omnitune.runtime.topology import nodes
 Replanner = Callable[[RunSpec, Path, Why], tuple[RunSpec, dict]]
 
 
+# The in-run tuner a run has unless told otherwise (`--no-in-place`: none): stability and a
+# cool-down near the target, read from the run itself; with it, pauses come only as insurance
+# (`run_with_replans`, not `scheduled`). Its batch moves by goodput only where the caller gives
+# it the batches' speeds (api.run does, from the plan's profile). docs/decisions.md, job.IN_PLACE.
+IN_PLACE = TunerPolicy(cool_down=True)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a plan runs (`omnitune run`'s options). A bad value is a UserError naming its option."""
@@ -58,7 +65,7 @@ class RunOptions:
     node_rank: int | None = None              # which node of a plan on several nodes this is
     retune: bool = True                       # re-tune lr, momentum, batch, protocol in the run (`retuning`)
     stop_on_stall: bool = False               # instead of re-tuning, end a run that stalls (monitor.STALL_SHARE)
-    in_place: TunerPolicy | None = None       # the tuner that changes the running job in place (None: none)
+    in_place: TunerPolicy | None = IN_PLACE   # the tuner that changes the running job in place (None: none)
 
     def __post_init__(self) -> None:
         for name in ("max_time_s", "eval_every_s", "timeout_s", "replan_every_s", "checkpoint_every_s"):
@@ -362,13 +369,20 @@ def pause(plan: plan_mod.Plan, job: JobArgs, summary: RunSummary, replan: Replan
     best one), the schedule re-fitted from where the next segment starts, a line of
     replans.jsonl; returns the next segment's plan and job."""
     run_dir = Path(job.run_dir)
-    lines = readings(run_dir)
+    everything = metrics_lines(run_dir)
+    lines = evaluations(everything)
     why = pause_why([r for r in lines if r.get("train_s", 0.0) > led.segment_from_s], led.segment_from_s)
     way = eta.way(lines, job.spec.target) if job.spec.target else None
     early = why if way is not None and (why == Why.STALL or why == Why.OFF_PACE and way < LOWER_FROM) else None
     why = Why.PLATEAU if early else why
+    now = in_force(job.spec, run_dir / checkpoint.FILE)       # what the run did, its changes in place kept
+    policy = job.tuner or TunerPolicy()
+    over = edge(everything, now if why == Why.DIVERGENCE else None, policy.cut)
     back_at = back_to_best(run_dir, led.train_s) if why == Why.DIVERGENCE else None
-    spec, record = replan(job.spec, run_dir / checkpoint.FILE, why)
+    chosen, record = replan(now, run_dir / checkpoint.FILE, why)
+    spec = below_edge(chosen, over, policy.ceiling)
+    if over is not None:
+        record.update(edge_per_sample=over, **({"held_from_lr": chosen.lr} if spec is not chosen else {}))
     led.probes_s = time.perf_counter() - led.began
     led.replans, led.spent_s, led.owed_s = led.replans + 1, led.spent_s + led.probes_s, led.restart_s
     record.update(iteration=summary.iterations, train_s=led.train_s, replan_s=led.probes_s, spent_s=led.spent_s,
@@ -436,9 +450,48 @@ def pause_why(segment: list[dict], since_s: float = 0.0) -> Why:
 
 def readings(run_dir: Path) -> list[dict]:
     """The run's evaluations so far (metrics.jsonl, less its changes in place)."""
+    return evaluations(metrics_lines(run_dir))
+
+
+def metrics_lines(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl so far: its evaluations and its changes in place."""
     path = run_dir / "metrics.jsonl"
     text = path.read_text() if path.is_file() else ""
-    return evaluations([json.loads(line) for line in text.splitlines() if line.strip()])
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def in_force(spec: RunSpec, path: Path) -> RunSpec:
+    """The spec with the values its checkpoint at `path` says the changes in place left in force,
+    where that checkpoint's job ran `spec` (process.in_force's rule): what the run was doing
+    when it paused, which the pause reads around; `spec` itself where it holds none."""
+    if not path.is_file():
+        return spec
+    knobs = torch.load(path, map_location="cpu", weights_only=True).get("knobs")
+    if not knobs or Knobs.from_dict(knobs["base"]) != Knobs.of(spec):
+        return spec
+    return Knobs.from_dict(knobs["now"]).on(spec)
+
+
+def edge(lines: list[dict], diverged: RunSpec | None, cut: float) -> float | None:
+    """The lowest rate per sample of batch that went over the edge of stability in the run so
+    far: each rate the in-run tuner cut (a change in place "unstable", to `cut` of it), and the
+    setting `diverged` at, where the run paused for a divergence; None where none did. Per sample:
+    a rate scaled with its batch (the linear rule) meets the same edge."""
+    rates = [c["lr"] / cut / sum(c["batch_size"].values()) for c in changes(lines)
+             if c.get("why") == "unstable" and c.get("batch_size")]
+    if diverged is not None:
+        rates.append(diverged.lr / sum(diverged.batch_size.values()))
+    return min(rates, default=None)
+
+
+def below_edge(spec: RunSpec, over: float | None, ceiling: float) -> RunSpec:
+    """The pause's choice, held below the run's edge of stability (`edge`): a rate per sample at
+    or past it goes to `ceiling` of it, the in-run tuner's own rule, so that no pause takes the
+    run over its edge twice (a 30-update reading cannot see an edge that a thousand meet)."""
+    total = sum(spec.batch_size.values())
+    if over is None or spec.lr < over * total * (1 - 1e-9):
+        return spec
+    return dataclasses.replace(spec, lr=ceiling * over * total)
 
 
 def back_to_best(run_dir: Path, train_s: float) -> int | None:
