@@ -5,15 +5,17 @@
 For each workload: a profile and `omnitune plan` (seed 0), then the plan's run from its start
 checkpoint in several ways, seed by seed across them (interleaved, so the machine's drift falls on
 all alike, and each seed in a rotated order, so no arm always runs first): re-tuned as `omnitune
-run` re-tunes (rates, momenta and, priced by the profile's hardware model, twice and half the
-batch), re-tuned over rates and momenta only (the pauses before batches were candidates),
+run --no-in-place` re-tunes (rates, momenta and, priced by the profile's hardware model, twice
+and half the batch), re-tuned over rates and momenta only (the pauses before batches were candidates),
 pinned (`--no-retune`), tuned in place with no pause (`--in-place --no-retune`), and tuned in
-place with pauses only as insurance (`--in-place`). A re-tuned run's time is what the user waits for: its training to the
+place with pauses only as insurance (`omnitune run`'s default). Beside each arm's median time,
+its iterations to target over the pinned run's of the same seed (`paired_iterations`). A re-tuned run's time is what the user waits for: its training to the
 target plus its pauses (probes and restarts). A run that misses its target counts as its time
 limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
 the rates and batches the pauses chose.
 
-Workloads: teacher-mlp (develop), gru-count and denoise-waves (held out), each run limited to
+Workloads: teacher-mlp (develop), gru-count, denoise-waves and pointset-shapes (held out; the
+last written after every rule it judges), each run limited to
 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
 check of the glue). --only names any of benchmarks.harness's workloads (gru-count, held out,
 too); --arms runs some of the arms; --keep DIR keeps each run's directory there (its metrics.jsonl
@@ -47,7 +49,7 @@ from omnitune.core.cluster import local_cluster
 from omnitune.profiling import profiler
 from omnitune.runtime import job
 
-FULL = ("teacher-mlp", "gru-count", "denoise-waves")
+FULL = ("teacher-mlp", "gru-count", "denoise-waves", "pointset-shapes")
 QUICK = ("lenet-digits",)
 COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "iters_over_pinned", "pauses", "pause_s", "changes", "lrs", "batches"]
 # What the run may change: everything at pauses, on a schedule and as insurance (`--no-in-place`);

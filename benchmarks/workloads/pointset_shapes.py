@@ -10,11 +10,14 @@ same small network, and pools them with a maximum.
 
 Each sample is POINTS points in the plane, drawn at random along the outline of one of CLASSES
 shapes (a circle, polygons of 3 to 6 sides, a five-pointed star, a spiral, a cross), then
-rotated, stretched, moved and jittered at random; its label is the shape. 100,000 training and
-2,000 test sets. The model: two shared layers per point (2 to 64 to 128), a maximum over the
-points, and two layers to the classes (about 17,000 parameters).
-Chosen once, before any plan or tuned run of it: the target accuracy is what one worker at batch
-64, lr 0.03, momentum 0.9 reached in about two minutes when the file was written.
+rotated, stretched, moved and jittered at random, then centred and scaled into the unit disc (as
+point clouds are fed); its label is the shape. 100,000 training and 2,000 test sets. The model:
+two shared layers per point (2 to 64 to 128), a maximum over the points, and two layers to the
+classes (about 17,000 parameters).
+Chosen once, before any plan or tuned run of it: the target, 0.985, is what one worker at batch
+64, lr 0.03, momentum 0.9 first reached at 142 s (2026-12-06; 0.97 at 34 s, then swinging
+0.955-0.984 at that constant rate). Two drafts before it were too hard (24 points, wider
+stretches, not centred: 0.6 at 150 s) and are not kept.
 """
 
 import math
@@ -23,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-POINTS, CLASSES, JITTER = 24, 8, 0.06
+POINTS, CLASSES, JITTER = 48, 8, 0.03
 TRAIN, TEST = 100_000, 2_000
 CACHE_DATASETS = True     # the same sets for every seed
 
@@ -79,10 +82,12 @@ def _samples(n: int, seed: int) -> TensorDataset:
     theta = torch.rand(n, generator=g) * 2 * math.pi
     rotate = torch.stack([torch.stack([torch.cos(theta), -torch.sin(theta)], -1),
                           torch.stack([torch.sin(theta), torch.cos(theta)], -1)], -2)
-    stretch = 0.7 + 0.6 * torch.rand(n, 1, 2, generator=g)
+    stretch = 0.85 + 0.3 * torch.rand(n, 1, 2, generator=g)
     shift = 0.5 * torch.randn(n, 1, 2, generator=g)
     points = (points * stretch) @ rotate.transpose(1, 2) + shift
     points = points + JITTER * torch.randn(n, POINTS, 2, generator=g)
+    points = points - points.mean(dim=1, keepdim=True)          # centred and scaled, as point clouds are fed
+    points = points / points.norm(dim=2).amax(dim=1).view(n, 1, 1)
     return TensorDataset(points, labels)
 
 
