@@ -3,6 +3,8 @@
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from benchmarks import retune as bench_retune
 from omnitune.core import plan as plan_mod
 from tests.conftest import DATA
@@ -31,7 +33,7 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
         reached = name != "teacher-mlp-pinned-s2"
         return SimpleNamespace(reached_target=reached, time_to_target_s=10.0 if reached else None,
                                replan_s=3.0 if options.retune else 0.0, replans=1 if options.retune else 0,
-                               wall_s=20.0, eval_s=1.0, stalled_at_s=None)
+                               wall_s=20.0, eval_s=1.0, stalled_at_s=None, iterations=90 if options.retune else 100)
     monkeypatch.setattr(bench_retune.job, "run", run)
     rows = bench_retune.bench("teacher-mlp", 50.0, (1, 2), tmp_path, quick=False, arms=("re-tuned", "rates only", "pinned"))
     arms = [("re-tuned", True, True), ("rates-only", True, False), ("pinned", False, None)]
@@ -40,6 +42,8 @@ def test_re_tuned_and_pinned_runs_alternate_and_pauses_count(tmp_path, monkeypat
     assert [r["time_s"] for r in tuned["runs"]] == [13.0, 13.0] and [r["time_s"] for r in pinned["runs"]] == [10.0, 50.0]
     # pinned missed one of its two: its median (30 s) is half a miss, a bound, so no ratio is taken
     assert tuned["retuned_over_pinned"] is None and tuned["batches_over_rates_only"] == 1.0
+    # iterations paired by seed: seed 1 only, where both reached (a miss has no iterations to target)
+    assert tuned["iters_over_pinned"] == pytest.approx(0.9) and "iters_over_pinned" not in pinned
 
 
 def test_a_ratio_needs_a_median_that_reached_the_target():
@@ -81,7 +85,7 @@ def test_a_given_plan_runs_with_its_start_and_profile_and_nothing_is_planned(tmp
 
     def run(path, out_dir, options, replan=None, first_pause_s=None):
         ran.append(Path(path).parent)
-        return SimpleNamespace(reached_target=True, time_to_target_s=10.0, replan_s=0.0, replans=0, wall_s=20.0,
+        return SimpleNamespace(reached_target=True, time_to_target_s=10.0, replan_s=0.0, replans=0, wall_s=20.0, iterations=100,
                                eval_s=1.0, stalled_at_s=None)
     monkeypatch.setattr(bench_retune.job, "run", run)
     rows = bench_retune.bench("teacher-mlp", 50.0, (1,), work, quick=False, arms=("pinned",),

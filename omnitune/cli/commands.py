@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -321,6 +322,15 @@ def run(
     _render_summary(summary, plan_path, out_dir, node_rank)
 
 
+def _changes_in_place(out_dir: Path) -> list[dict]:
+    """The run's changes in place, from its metrics.jsonl (none where it has none)."""
+    from omnitune.core.change import changes
+    path = Path(out_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return changes([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
 def _print_commands(plan_path: Path, out_dir: Path, print_commands: bool, fmt: str, options: list[str]) -> None:
     """--print-commands: the command each node runs, as shell lines or a slurm script."""
     from omnitune.runtime import slurm
@@ -472,6 +482,11 @@ def _render_summary(summary, plan_path: Path, out_dir: Path, node_rank: int | No
         out.print(f"the schedule was re-fitted at the run's pace at {r['train_s']:.0f}s of training: its horizon "
                   f"went from {r['before']:.0f} to {r['after']:.0f} iterations ({r['sec_per_iter'] * 1e3:.0f} ms an "
                   f"iteration, {r['predicted_sec_per_iter'] * 1e3:.0f} predicted)")
+    made = _changes_in_place(out_dir)
+    if made:
+        kinds = ", ".join(f"{why} {n}" for why, n in collections.Counter(c.get("why") for c in made).items())
+        out.print(f"{len(made)} change(s) in place, no process restarted ({kinds}): the rows "
+                  f"\"event\": \"change\" of {out_dir}/metrics.jsonl")
     if summary.replans:
         out.print(f"{summary.replans} pause(s) to re-tune took {summary.replan_s:.1f}s, probes and restarts "
                   f"(see {out_dir}/replans.jsonl)")
