@@ -171,3 +171,18 @@ def test_the_power_law_model_forecasts_a_curve_that_slows_where_the_pace_is_earl
     assert power == pytest.approx(1600, rel=0.02)
     assert pace < 0.8 * power and pace < between < power
     assert estimate(paced(30), 0.95, model="power").iters_to_target > 1.2 * 2303
+
+
+def test_the_pace_corrected_by_its_drift_moves_toward_a_slowing_curves_finish_and_keeps_a_steady_one():
+    """On the power law above (0.95 at 1,600 iterations, 16 s), the pace's finish moves later with
+    every reading; corrected by that drift, "pace-drift" says later than the pace and no later
+    than the truth. On a curve the pace fits exactly (`paced`: 23.0 s), every earlier estimate
+    said the same finish, and the correction changes nothing. Fails if the drift is read with
+    the wrong sign, or moves an estimate that never drifted."""
+    lines = [{"attempt": 0, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
+              "test_accuracy": 1.0 - 2.0 / math.sqrt(it)} for it in range(40, 401, 20)]
+    pace, drift = (estimate(lines, 0.95, model=m) for m in ("pace", "pace-drift"))
+    assert pace.train_s + pace.eta_s < 0.5 * 16.0
+    assert pace.train_s + pace.eta_s + 2.0 < drift.train_s + drift.eta_s <= 16.0
+    steady, corrected = (estimate(paced(30), 0.95, model=m) for m in ("pace", "pace-drift"))
+    assert corrected.eta_s == pytest.approx(steady.eta_s, rel=1e-6)

@@ -498,6 +498,50 @@ def test_a_run_tuned_in_place_pauses_only_as_insurance(tmp_path, monkeypatch):
     assert s.replans == 1 and s.first_pause_at_s is None
 
 
+def test_a_pause_that_chooses_a_rate_past_the_runs_edge_goes_on_below_it(tmp_path, monkeypatch):
+    """run_with_replans with a fake launcher: the first segment's tuner cut its rate for
+    instability (a change "unstable" to 0.04 in metrics.jsonl: the edge is 0.08 at the plan's
+    batch) and the segment ended by itself; the pause chooses lr 1.0. The next segment runs at
+    half the edge, 0.04, and replans.jsonl says what was held. Fails if the pause's choice
+    reaches the next segment, or the record hides the hold."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    launched = []
+
+    def run_job(args):
+        launched.append(args)
+        end = 50.0 if len(launched) == 1 else 170.0
+        if len(launched) == 1:
+            row = {"event": "change", "iteration": 40, "train_s": 40.0, "why": "unstable", "lr": 0.04,
+                   "batch_size": dict(args.spec.batch_size)}
+            (Path(args.run_dir) / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        clock["t"] += end - clock["train"] + job.RESTART_S
+        clock["train"] = end
+        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
+                          (int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        return replace(spec, lr=1.0), {"before": {}, "after": {}, "switched": True}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=170.0))
+    job.run_with_replans(plan, replace(args, max_time_s=170.0), None, replan, 9.5, scheduled=False)
+    assert launched[1].spec.lr == pytest.approx(0.04)
+    record = json.loads((tmp_path / "run" / "replans.jsonl").read_text().splitlines()[0])
+    assert record["held_from_lr"] == 1.0
+    assert record["edge_per_sample"] == pytest.approx(0.08 / sum(plan.spec.batch_size.values()))
+
+
 @pytest.mark.parametrize("predicted", [None, 1000, 5000])
 def test_a_schedule_is_refitted_at_the_runs_own_pace(tmp_path, monkeypatch, predicted):
     """run_with_replans on a fake clock, its pace check at 12 s of a 240-s limit and the first pause
