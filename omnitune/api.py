@@ -141,13 +141,13 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
         notice: Say = quiet) -> RunSummary | None:
     """Run the plan as a real distributed job: this node's processes; the coordinator's node
     returns the run's summary (measured beside predicted), the others None. With
-    `options.retuning` (the default), the run pauses to re-tune its learning rate and momentum,
-    and where the profile prices them (`pause_step_s`) its batch and protocol, when that costs
-    at most a tenth of its training so far, and at once when it diverges (planning/retune.py).
-    `notice` hears where the pauses cannot price batches (the plan's profile is not at hand).
-    With `options.in_place` (the default, job.IN_PLACE), the run is tuned in place and pauses
-    only as insurance; its batch stays unless that policy is given the batches' speeds
-    (`goodput_speeds`: docs/decisions.md, job.IN_PLACE)."""
+    `options.in_place` (the default, job.IN_PLACE) the running job is tuned in place (its batch
+    stays unless that policy is given the batches' speeds, `goodput_speeds`), and with
+    `options.retuning` (the default) it pauses to re-tune its learning rate and momentum, and
+    where the profile prices them (`pause_step_s`) its batch and protocol, when it diverges,
+    stalls or goes off pace, and, not tuned in place, also whenever a pause costs at most a
+    tenth of its training so far (planning/retune.py). `notice` hears where the pauses cannot
+    price batches (the plan's profile is not at hand)."""
     if not options.retuning:
         return job.run(str(plan_path), str(out_dir), options)
     replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice)
