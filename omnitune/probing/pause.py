@@ -12,7 +12,7 @@ import math
 import multiprocessing
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -300,8 +300,11 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     unless its readings refuse it (retune.decide); on one CPU device, the step times of the
     run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
     model's ratios (retune.timed).
-    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
+    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl.
+    The current rate is read at three significant digits, as every candidate's (retune.rate): a
+    rate the run's changes in place left (a cool-down's step) may have more."""
     env.keep_freed_memory()
+    spec = replace(spec, lr=retune_mod.rate(spec.lr, 1.0))
     wl = workload_mod.load(spec.workload)
     datasets = wl.build_datasets(spec.data_dir, spec.seed)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
