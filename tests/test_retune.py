@@ -89,6 +89,30 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     assert read[0] == 0.1 and set(read) == {0.1, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
 
 
+def test_a_pause_reads_a_rate_a_cool_down_left_at_three_digits_as_its_candidates(tmp_path, monkeypatch):
+    """A run's changes in place left lr 0.01665 (a cool-down's step) in force, and its pause reads
+    around it: the current rate is read as 0.0167, the key its candidates use (retune.rate), and
+    the pause decides. Fails if the current setting is missing from the readings (a KeyError
+    ended a held-out run's benchmark, 2026-12-06)."""
+    import torch
+
+    from omnitune.probing import pause
+    from tests.conftest import make_spec
+
+    spec = make_spec("sync", [["cpu0"]], batch=16, lr=0.01665, momentum=0.9)
+    read = []
+
+    def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
+        read.append(setting.lr)
+        return Reading(1.0, 1.0, 0.0)
+    monkeypatch.setattr(pause, "pause_reading", fake)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    new, record = pause.retune(spec, ckpt, "stall", iters=10)
+    assert read[0] == 0.0167 and new.lr == 0.0167 and not record["switched"]
+
+
 def test_a_plateau_lowers_the_rate_a_step_only_for_a_large_gain():
     """retune.plateau on teacher-mlp's long readings (2026-11-29, 300 updates, raw validation loss
     on two batch orders): at batch 64, lr 0.1, levelled off at 0.90, a third of the rate read
