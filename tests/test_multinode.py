@@ -95,6 +95,32 @@ def test_a_worker_killed_on_the_other_node_restarts_both_nodes(tmp_path):
     assert lines[0]["iteration"] < resumed["iteration"] <= 120       # from the checkpoint, not from scratch
 
 
+def test_a_change_in_place_reaches_the_processes_of_both_nodes_without_a_restart(tmp_path):
+    """sync over two nodes, a change in place after iteration 50 (the OMNITUNE_CHANGE hook, as the
+    tuner would publish one): lr 0.02 to 0.01 and twice the batch. Each node's worker takes it
+    after the same iteration, in the process that started the run (the id its log names), and
+    the coordinator's metrics.jsonl has its row. Fails if a node misses the change, applies it
+    at another step, or restarts a process for it."""
+    import re
+
+    plan = make_plan(tmp_path / "plan.json", "sync", [["cpu0", "cpu1"]], lr=0.02, target=0.95,
+                     nodes={"cpu1": 1}, rendezvous=f"127.0.0.1:{two_free_ports()}")
+    node0, node1 = run_nodes(tmp_path, plan, ["--no-retune", "--no-in-place"], env={"OMNITUNE_CHANGE": "50:0.01:2"})
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stdout + node1.stdout
+    s = summary(tmp_path)
+    assert s["restarts"] == 0 and s["changes"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+    change = next(r for r in rows if r.get("event") == "change")
+    assert change["iteration"] == 50 and change["lr"] == 0.01 and change["why"] == "scheduled"
+    taken = []
+    for n in (0, 1):
+        for log in (tmp_path / f"node{n}").rglob("*.log"):
+            taken += re.findall(r"omnitune: change 1 \(scheduled\) after iteration (\d+) in process (\d+): lr 0.01",
+                                log.read_text())
+    assert len(taken) == 2 and {it for it, _ in taken} == {"50"}        # one worker on each node, the same step
+    assert len({pid for _, pid in taken}) == 2
+
+
 def test_a_node_alone_gives_up_with_a_clear_message(tmp_path, monkeypatch):
     """Node 1 never starts: node 0 stops when the rendezvous's join timeout (10 min; 3 s here) ends."""
     from omnitune.core.errors import UserError

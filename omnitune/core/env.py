@@ -29,6 +29,17 @@ def fault() -> tuple[str, int, int] | None:
     return None
 
 
+def forced_change() -> tuple[int, float, float | None] | None:
+    """A TESTING hook, to change a run in place on purpose (as the coordinator's tuner would):
+    OMNITUNE_CHANGE="ITERATION:LR" or "ITERATION:LR:BATCH_SCALE" publishes that change after that
+    iteration. Returns (iteration, lr, batch scale or None)."""
+    value = os.environ.get("OMNITUNE_CHANGE")
+    if not value:
+        return None
+    iteration, lr, *scale = value.split(":")
+    return int(iteration), float(lr), float(scale[0]) if scale else None
+
+
 def bind_gloo_to(host: str) -> None:
     """Make gloo listen on the interface that holds `host`'s address (unless GLOO_SOCKET_IFNAME
     already names one): gloo otherwise binds the address the hostname resolves to, which may face

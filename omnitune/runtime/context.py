@@ -127,7 +127,7 @@ class Context:
         changes still ahead of its checkpoint (one due at the checkpoint's iteration or before is
         in the values it holds) and its policy, and logs each change beside its evaluations."""
         knobs, lead = Knobs.of(self.spec), self.role.coordinator
-        ahead = tuple(c for c in self.job.changes if c.at >= self.start.iteration) if lead else ()
+        ahead = tuple(c for c in self.job.changes + forced() if c.at >= self.start.iteration) if lead else ()
         policy = None
         if monitor is not None and self.job.tuner is not None:
             target = monitor.target.score if math.isfinite(monitor.target.score) else None
@@ -239,6 +239,15 @@ class Context:
         )
         save_summary(summary, self.run_dir / "summary.json")
         return to_dict(summary)
+
+
+def forced() -> tuple[Change, ...]:
+    """The change the OMNITUNE_CHANGE testing hook asks for (env.forced_change), as a scheduled one."""
+    asked = env.forced_change()
+    if asked is None:
+        return ()
+    at, lr, scale = asked
+    return (Change(lr=lr, batch_scale=scale, at=at),)
 
 
 def log_change(monitor: Monitor, change: Change, knobs: Knobs, iteration: int) -> None:
