@@ -279,10 +279,10 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
     settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
     one whose current setting diverges from here; else none of a lower rate per sample; ten times
-    or a tenth of the rate only where three times or a third read better: retune.further)
-    are read at the pause (`pause_reading`, on the same batches) and
-    scored by its validation loss, raw and after its cool-down, on the first RETUNE_VALIDATION test
-    samples; the current setting and the challenger (retune.challenger) are read again on other
+    or a tenth of the rate only where three times or a third read better: retune.further) are read
+    at the pause (`pause_reading`, on the same batches) and scored by its validation loss, raw and
+    after its cool-down, on the first RETUNE_VALIDATION test samples; the current setting (its rate
+    at three significant digits, as the candidates': retune.rate) and the challenger (retune.challenger) are read again on other
     batches, which measures the noise; the run switches only beyond it on both losses, to a lower
     rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
     `why` the run paused: "schedule", "stall" (stalled), "off pace" (stalled, and at its pace
@@ -300,9 +300,7 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     unless its readings refuse it (retune.decide); on one CPU device, the step times of the
     run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
     model's ratios (retune.timed).
-    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl.
-    The current rate is read at three significant digits, as every candidate's (retune.rate): a
-    rate the run's changes in place left (a cool-down's step) may have more."""
+    Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     spec = replace(spec, lr=retune_mod.rate(spec.lr, 1.0))
     wl = workload_mod.load(spec.workload)

@@ -71,7 +71,8 @@ def train_hpsgd(ctx: Context, group) -> dict | None:
                 stop = float(monitor.check(shadow, iterations))
                 if stop:                                        # the run's model is the one judged,
                     final, final_at = G.clone(), iterations     # not the next merge past it
-                tuning.decide(iterations)
+                else:                                           # no change after the check that ends it
+                    tuning.decide(iterations)
         msg[:S] = (L - G) * data.weight
         msg[S], msg[S + 1], msg[S + 2], msg[S + 3] = loss, 1.0, stop, tuning.published
         sent_from, sent_at = L, iterations

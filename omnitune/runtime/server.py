@@ -143,7 +143,8 @@ def serve(ctx: Context) -> dict:
         ctx.tick()
         iteration = ctx.start.iteration + ps.clock
         stopping = monitor.check(model, iteration)
-        tuning.take(tuning.decide(iteration), iteration)
+        if not stopping:                       # no change after the check that ends the run
+            tuning.take(tuning.decide(iteration), iteration)
         ps.reply(reply[:-1], stopping)
         for dst in waiting:
             reply[-1] = totals.of(dst)

@@ -108,7 +108,8 @@ def train_sync(ctx: Context, group) -> dict | None:
             stop = float(monitor.check(model, iterations))
             if alone and stop:
                 break
-            tuning.decide(iterations)
+            if not stop:                           # no change after the check that ends the run
+                tuning.decide(iterations)
     if monitor:
         return ctx.finish(monitor, opt, iterations, [iterations], stats=data.stats)
     return None
