@@ -430,6 +430,49 @@ def test_a_run_paused_on_a_fake_clock_keeps_its_retuning_within_its_share(tmp_pa
         [(1000 - p) * int(p) / (p + 0.1 * (p - b)) for p, b in zip(pauses, began)])
 
 
+def clocked_run(tmp_path, monkeypatch, limit_s: float, first_end: float | None = None, chosen=None,
+                on_launch=None, **kwargs):
+    """run_with_replans on one fake clock: every launch costs RESTART_S and trains to its stop or
+    the limit (the first to `first_end` where given, as a segment that ends by itself); every
+    pause's probes take 9.5 s and go on with `chosen(spec)` (the same spec by default);
+    `on_launch(args)` sees each launch first. Returns the summary, the launches' stops, the
+    training times the pauses came at, and the launched jobs."""
+    from dataclasses import replace
+
+    from omnitune.core import plan as plan_mod
+    from omnitune.runtime import job
+    from omnitune.runtime.summary import RunSummary
+    from tests.conftest import make_plan
+
+    clock = {"t": 0.0, "train": 0.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
+    launched, pauses = [], []
+
+    def run_job(args):
+        launched.append(args)
+        if on_launch is not None:
+            on_launch(args)
+        clock["t"] += job.RESTART_S
+        end = first_end if first_end is not None and len(launched) == 1 else min(args.stop_at_s, limit_s)
+        clock["t"] += end - clock["train"]
+        clock["train"] = end
+        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
+                          (int(end),), 0.0, 1)
+
+    def replan(spec, checkpoint, why):
+        clock["t"] += 9.5
+        pauses.append(clock["train"])
+        new = spec if chosen is None else chosen(spec)
+        return new, {"before": {}, "after": {}, "switched": new != spec}
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
+    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
+    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=limit_s))
+    s = job.run_with_replans(plan, replace(args, max_time_s=limit_s), None, replan, 9.5, **kwargs)
+    return s, [a.stop_at_s for a in launched], pauses, launched
+
+
 @pytest.mark.parametrize("limit_s, paused_at", [(170.0, 140.0), (160.0, None)])
 def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_costs(tmp_path, monkeypatch,
                                                                                     limit_s, paused_at):
@@ -441,34 +484,7 @@ def test_no_pause_is_scheduled_where_it_would_leave_less_of_the_limit_than_it_co
     skips a pause that pays."""
     from dataclasses import replace
 
-    from omnitune.core import plan as plan_mod
-    from omnitune.runtime import job
-    from omnitune.runtime.summary import RunSummary
-    from tests.conftest import make_plan
-
-    clock = {"t": 0.0, "train": 0.0}
-    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
-    stops, pauses = [], []
-
-    def run_job(args):
-        stops.append(args.stop_at_s)
-        clock["t"] += job.RESTART_S
-        end = min(args.stop_at_s, limit_s)
-        clock["t"] += end - clock["train"]
-        clock["train"] = end
-        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
-                          (int(end),), 0.0, 1)
-
-    def replan(spec, checkpoint, why):
-        clock["t"] += 9.5
-        pauses.append(clock["train"])
-        return spec, {"before": {}, "after": {}, "switched": False}
-
-    monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
-    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
-    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=limit_s))
-    s = job.run_with_replans(plan, replace(args, max_time_s=limit_s), None, replan, 9.5)
+    s, stops, pauses, _ = clocked_run(tmp_path, monkeypatch, limit_s)
     assert s.first_pause_at_s == pytest.approx(140.0)
     assert pauses == ([] if paused_at is None else [pytest.approx(paused_at)])
     assert stops[0] == (math.inf if paused_at is None else pytest.approx(paused_at))
@@ -488,36 +504,7 @@ def test_a_run_tuned_in_place_pauses_only_as_insurance(tmp_path, monkeypatch):
     stop; the first ends at 50 s by itself (as a stall or a divergence ends one), and only then
     does the run pause, once, and go on to its limit. Fails if a scheduled pause comes, or if
     the insurance pause does not."""
-    from dataclasses import replace
-
-    from omnitune.core import plan as plan_mod
-    from omnitune.runtime import job
-    from omnitune.runtime.summary import RunSummary
-    from tests.conftest import make_plan
-
-    clock = {"t": 0.0, "train": 0.0}
-    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
-    stops, pauses = [], []
-
-    def run_job(args):
-        stops.append(args.stop_at_s)
-        clock["t"] += job.RESTART_S
-        end = 50.0 if len(stops) == 1 else min(args.stop_at_s, 170.0)
-        clock["t"] += end - clock["train"]
-        clock["train"] = end
-        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
-                          (int(end),), 0.0, 1)
-
-    def replan(spec, checkpoint, why):
-        clock["t"] += 9.5
-        pauses.append(clock["train"])
-        return spec, {"before": {}, "after": {}, "switched": False}
-
-    monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
-    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
-    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=170.0))
-    s = job.run_with_replans(plan, replace(args, max_time_s=170.0), None, replan, 9.5, scheduled=False)
+    s, stops, pauses, _ = clocked_run(tmp_path, monkeypatch, 170.0, first_end=50.0, scheduled=False)
     assert stops == [math.inf, math.inf] and pauses == [50.0]
     assert s.replans == 1 and s.first_pause_at_s is None
 
@@ -531,39 +518,17 @@ def test_a_pause_that_chooses_a_rate_past_the_runs_edge_goes_on_below_it(tmp_pat
     from dataclasses import replace
     from pathlib import Path
 
-    from omnitune.core import plan as plan_mod
-    from omnitune.runtime import job
-    from omnitune.runtime.summary import RunSummary
-    from tests.conftest import make_plan
-
-    clock = {"t": 0.0, "train": 0.0}
-    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["t"])
-    launched = []
-
-    def run_job(args):
-        launched.append(args)
-        end = 50.0 if len(launched) == 1 else 170.0
-        if len(launched) == 1:
+    def unstable(args):                  # the first segment's tuner cut its rate to 0.04
+        if not (Path(args.run_dir) / "metrics.jsonl").exists():
             row = {"event": "change", "iteration": 40, "train_s": 40.0, "why": "unstable", "lr": 0.04,
                    "batch_size": dict(args.spec.batch_size)}
             (Path(args.run_dir) / "metrics.jsonl").write_text(json.dumps(row) + "\n")
-        clock["t"] += end - clock["train"] + job.RESTART_S
-        clock["train"] = end
-        return RunSummary(1, False, None, None, int(end), 0.5, 0.5, None, 0.0, 0.01, end, 0.0, "", "sync", 1,
-                          (int(end),), 0.0, 1)
-
-    def replan(spec, checkpoint, why):
-        return replace(spec, lr=1.0), {"before": {}, "after": {}, "switched": True}
-
-    monkeypatch.setattr(job, "run_job", run_job)
-    monkeypatch.setattr(job, "refit_horizon", lambda spec, run_dir, at, before, left: spec)
-    plan = plan_mod.load(make_plan(tmp_path / "plan.json", "sync", [["cpu0"]]))
-    args = job.prepare(plan.spec, str(tmp_path / "run"), job.RunOptions(max_time_s=170.0))
-    job.run_with_replans(plan, replace(args, max_time_s=170.0), None, replan, 9.5, scheduled=False)
+    _, _, _, launched = clocked_run(tmp_path, monkeypatch, 170.0, first_end=50.0, scheduled=False,
+                                    chosen=lambda spec: replace(spec, lr=1.0), on_launch=unstable)
     assert launched[1].spec.lr == pytest.approx(0.04)
     record = json.loads((tmp_path / "run" / "replans.jsonl").read_text().splitlines()[0])
     assert record["held_from_lr"] == 1.0
-    assert record["edge_per_sample"] == pytest.approx(0.08 / sum(plan.spec.batch_size.values()))
+    assert record["edge_per_sample"] == pytest.approx(0.08 / sum(launched[0].spec.batch_size.values()))
 
 
 @pytest.mark.parametrize("predicted", [None, 1000, 5000])
