@@ -8,7 +8,8 @@ all alike, and each seed in a rotated order, so no arm always runs first): re-tu
 run --no-in-place` re-tunes (rates, momenta and, priced by the profile's hardware model, twice
 and half the batch), re-tuned over rates and momenta only (the pauses before batches were candidates),
 pinned (`--no-retune`), tuned in place with no pause (`--in-place --no-retune`), and tuned in
-place with pauses only as insurance (`omnitune run`'s default). Beside each arm's median time,
+place with pauses only as insurance (`omnitune run`'s default, whose pauses read less:
+pause.lean_read), and so with pauses that read every candidate ("tuned-read"). Beside each arm's median time,
 its iterations to target over the pinned run's of the same seed (`paired_iterations`). A re-tuned run's time is what the user waits for: its training to the
 target plus its pauses (probes and restarts). A run that misses its target counts as its time
 limit. Rows: the median time and min-max of each, the ratios, the pauses and what they cost, and
@@ -55,15 +56,16 @@ COLUMNS = ["workload", "config", "median_s", "spread_s", "reached", "iters_over_
 # What the run may change: everything at pauses, on a schedule and as insurance (`--no-in-place`);
 # lr and momentum at pauses; nothing; with no pause, what the in-run tuner changes in place
 # (job.IN_PLACE: stability and cool-down); or in place with pauses only as insurance, at a
-# divergence, a stall or a pace that misses the limit (`omnitune run`'s default).
-ARMS = ("re-tuned", "rates only", "pinned", "in place", "tuned")
+# divergence, a stall or a pace that misses the limit (`omnitune run`'s default, whose pauses read
+# less: pause.lean_read); or so, with pauses that read every candidate as re-tuned ones do.
+ARMS = ("re-tuned", "rates only", "pinned", "in place", "tuned", "tuned-read")
 
 
 def one_run(plan_path: Path, work: Path, tag: str, limit_s: float, arm: str) -> dict:
     options = job.RunOptions(max_time_s=limit_s, retune=arm not in ("pinned", "in place"),
-                             in_place=job.IN_PLACE if arm in ("in place", "tuned") else None)
-    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm in ("re-tuned", "tuned")) \
-        if options.retune else (None, None)
+                             in_place=job.IN_PLACE if arm in ("in place", "tuned", "tuned-read") else None)
+    replan, first_pause_s = api.retuner(plan_path, options.replan_probe_iters, arm in ("re-tuned", "tuned", "tuned-read"),
+                                        lean=arm == "tuned") if options.retune else (None, None)
     s = job.run(str(plan_path), str(work / tag), options, replan, first_pause_s)
     pauses = work / tag / "replans.jsonl"
     chosen = [json.loads(line) for line in pauses.read_text().splitlines()] if pauses.is_file() else []
@@ -113,7 +115,7 @@ def bench(name: str, limit_s: float, seeds: tuple[int, ...], work: Path, quick: 
     for arm, over, key in (("re-tuned", "pinned", "retuned_over_pinned"), ("re-tuned", "rates only", "batches_over_rates_only"),
                            ("rates only", "pinned", "retuned_over_pinned"), ("in place", "pinned", "in_place_over_pinned"),
                            ("in place", "re-tuned", "in_place_over_retuned"), ("tuned", "pinned", "tuned_over_pinned"),
-                           ("tuned", "re-tuned", "tuned_over_retuned")):
+                           ("tuned", "re-tuned", "tuned_over_retuned"), ("tuned", "tuned-read", "lean_over_full_reads")):
         if arm in by and over in by:        # a median that is a miss is only a bound: no ratio
             by[arm][key] = (by[arm]["median_s"] / by[over]["median_s"]
                             if median_reached(by[arm]["runs"]) and median_reached(by[over]["runs"]) else None)

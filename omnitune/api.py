@@ -150,7 +150,8 @@ def run(plan_path: str | Path, out_dir: str | Path, options: RunOptions = RunOpt
     price batches (the plan's profile is not at hand)."""
     if not options.retuning:
         return job.run(str(plan_path), str(out_dir), options)
-    replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice)
+    replan, first_pause_s = retuner(plan_path, options.replan_probe_iters, notice=notice,
+                                    lean=options.in_place is not None)
     return job.run(str(plan_path), str(out_dir), options, replan, first_pause_s)
 
 
@@ -236,10 +237,12 @@ def profile_here(request: PlanRequest, quick: bool, fresh_profile: bool, steps: 
     steps.profiled(prof, request.profile, kept)
 
 
-def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say = quiet) -> tuple[Callable, float]:
+def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say = quiet,
+            lean: bool = False) -> tuple[Callable, float]:
     """The re-tuning function `run` hands the runtime (pause.retune, each reading `iters`
     updates), and what its first pause should cost (pause.pause_cost_s). `priced=False`: rates
-    and momenta only, as if the plan's profile were not at hand; where it is not, `notice` hears so."""
+    and momenta only, as if the plan's profile were not at hand; where it is not, `notice` hears so.
+    `lean`: the run is tuned in place, and its pauses read less (pause.lean_read)."""
     plan = plan_mod.load(plan_path)
     step_s = pause_step_s(plan, plan_path) if priced else None
     if priced and step_s is None and not plan.simulated_cluster:
@@ -248,7 +251,7 @@ def retuner(plan_path: str | Path, iters: int, priced: bool = True, notice: Say 
     # What the pause will weigh and read (a simulated fleet's plan does not run here: job.run says so).
     wl = None if plan.simulated_cluster else wl_mod.load(plan.spec.workload)
     validation = pause.validation_size(wl, plan.spec.data_dir) if wl else pause.RETUNE_VALIDATION
-    return (partial(pause.retune, iters=iters, step_s=step_s),
+    return (partial(pause.retune, iters=iters, step_s=step_s, lean=lean),
             pause.pause_cost_s(plan.spec, iters, step_s, plan.prediction.sec_per_iter, wl, validation))
 
 

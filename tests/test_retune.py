@@ -197,6 +197,27 @@ def test_a_plateau_is_checked_on_a_plateau_or_off_pace_pause_only(tmp_path, monk
     assert new.lr == (0.0333 if checked else 0.1)
 
 
+@pytest.mark.parametrize("why", ["divergence", "plateau", "stall"])
+def test_a_pause_of_a_run_tuned_in_place_reads_only_what_its_tuner_cannot(tmp_path, monkeypatch, why):
+    """pause.retune with `lean` (the run is tuned in place): a divergence reads nothing and keeps
+    the setting (runtime/job.py then holds it below the rate that diverged); a plateau reads the
+    long pair only, no short candidate, and takes the third where it gains; a stall reads the
+    short candidates as any pause does. Fails if a lean divergence reads, or a lean plateau
+    reads a candidate the tuner would never take."""
+    from omnitune.probing import pause
+
+    spec, ckpt, read = faked_plateau(tmp_path, monkeypatch)
+    new, record = pause.retune(spec, ckpt, why, iters=10, lean=True)
+    short = [lr for lr, iters, _ in read if iters == 10]
+    long = sorted(lr for lr, iters, _ in read if iters > 10)
+    if why == "divergence":
+        assert read == [] and new == spec and not record["switched"] and "no readings" in record["reason"]
+    elif why == "plateau":
+        assert short == [] and long == [0.0333, 0.0333, 0.1, 0.1] and new.lr == 0.0333 and record["switched"]
+    else:
+        assert short and min(short) < 0.1 and long == []
+
+
 def test_a_plateau_check_overrides_the_goodputs_batch(tmp_path, monkeypatch):
     """At a "plateau" pause whose short readings take the goodput's larger batch (at AdaScale's
     rate, which keeps the noise the run levelled off at), the plateau check still runs, and where
@@ -527,7 +548,7 @@ def test_a_pause_that_chooses_a_rate_past_the_runs_edge_goes_on_below_it(tmp_pat
                                     chosen=lambda spec: replace(spec, lr=1.0), on_launch=unstable)
     assert launched[1].spec.lr == pytest.approx(0.04)
     record = json.loads((tmp_path / "run" / "replans.jsonl").read_text().splitlines()[0])
-    assert record["held_from_lr"] == 1.0
+    assert record["held_from_lr"] == 1.0 and record["switched"]
     assert record["edge_per_sample"] == pytest.approx(0.08 / sum(launched[0].spec.batch_size.values()))
 
 

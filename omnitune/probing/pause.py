@@ -275,7 +275,7 @@ def validation_size(wl: Workload, data_dir: str | None) -> int:
 
 
 def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
-           step_s: StepTime | None = None) -> tuple[RunSpec, dict]:
+           step_s: StepTime | None = None, lean: bool = False) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
     settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
     one whose current setting diverges from here; else none of a lower rate per sample; ten times
@@ -300,9 +300,13 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     unless its readings refuse it (retune.decide); on one CPU device, the step times of the
     run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
     model's ratios (retune.timed).
+    `lean`: the run is tuned in place (runtime/tuner.py), whose tuner reads the edge of
+    stability from the run and never raises the rate, so its pauses read less (`lean_read`).
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     spec = replace(spec, lr=retune_mod.rate(spec.lr, 1.0))
+    if lean and why in (Why.DIVERGENCE, Why.PLATEAU):
+        return lean_read(spec, checkpoint, why, iters)
     wl = workload_mod.load(spec.workload)
     datasets = wl.build_datasets(spec.data_dir, spec.seed)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -336,13 +340,40 @@ def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
     return new, pause_record(spec, new, decision, read, updates, phi, growth, seconds, checked, iters)
 
 
+def lean_read(spec: RunSpec, checkpoint: Path, why: Why, iters: int) -> tuple[RunSpec, dict]:
+    """A pause of a run tuned in place reads only what its tuner cannot read in the run: a
+    divergence reads nothing (the run goes on from its best checkpoint below the rate that
+    diverged, the tuner's own rule: job.below_edge), and a plateau only the plateau check
+    (`plateau_check`: the current rate against a third of it, read long), since the tuner takes
+    no higher rate a candidate could offer. A stall or an off-pace pause past half the way reads
+    every candidate (`retune`). docs/decisions.md, pause.lean_read."""
+    current = retune_mod.Setting(spec.lr, spec.momentum)
+    if why == Why.DIVERGENCE:
+        decision = retune_mod.Decision(current, False, 0.0, "the run diverged, tuned in place: no readings; it goes "
+                                       "on below the rate that diverged")
+        return spec, pause_record(spec, spec, decision, Read({}, [], None, True), {}, None, None, None, None, iters)
+    wl = workload_mod.load(spec.workload)
+    datasets = wl.build_datasets(spec.data_dir, spec.seed)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    held = first(datasets[1], RETUNE_VALIDATION)
+    # The check's two readings are long (ten times a pause's): side by side where there are threads.
+    readers = Readers(wl, datasets, held, spec, checkpoint, RETUNE_VALIDATION, reader_processes(2, READERS_FROM_S))
+    try:
+        decision, long = plateau_check(readers, spec, state, iters)
+    finally:
+        readers.close()
+    new = retune_mod.retuned(spec, decision.setting) if decision.switched else spec
+    return new, pause_record(spec, new, decision, Read({}, [], readers, False), {}, None, None, None,
+                             (decision, long), iters)
+
+
 @dataclass
 class Read:
     """What a pause read: each setting's readings, the settings it left unread, the readers (kept
     open for a plateau's check), and whether the run reads as stalled."""
     readings: dict
     skipped: list
-    readers: Readers
+    readers: Readers | None
     stalled: bool
 
 
@@ -387,6 +418,7 @@ def pause_record(spec: RunSpec, new: RunSpec, decision, read: Read, updates: dic
     shape = lambda s: {"lr": s.lr, "momentum": s.momentum, "batch_size": dict(s.batch_size), "groups": len(s.groups),
                        "protocol": s.variant.label}
     readers = read.readers
+    processes = readers.processes if readers else 0
     return {"before": shape(spec), "after": shape(new), "switched": decision.switched, "stalled": read.stalled,
             "margin": decision.margin, "reason": decision.reason,
             "noise_scale": phi if phi is None or math.isfinite(phi) else "inf",     # JSON has no inf
@@ -399,7 +431,7 @@ def pause_record(spec: RunSpec, new: RunSpec, decision, read: Read, updates: dic
                         "raw_loss": float(np.mean([r.raw for r in v])),
                         "repeats": [r.cooled for r in v]}
                        for s, v in read.readings.items()],
-            "readers": readers.processes, **({"readers_failed": readers.broken} if readers.broken else {}),
+            "readers": processes, **({"readers_failed": readers.broken} if readers and readers.broken else {}),
             **({"plateau": {"updates": iters * retune_mod.RULES.plateau_updates,
                             "readings": [{"lr": s.lr, "raw_loss": [r.raw for r in v]} for s, v in checked[1].items()],
                             "reason": checked[0].reason}}

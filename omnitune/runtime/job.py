@@ -382,7 +382,10 @@ def pause(plan: plan_mod.Plan, job: JobArgs, summary: RunSummary, replan: Replan
     chosen, record = replan(now, run_dir / checkpoint.FILE, why)
     spec = below_edge(chosen, over, policy.ceiling)
     if over is not None:
-        record.update(edge_per_sample=over, **({"held_from_lr": chosen.lr} if spec is not chosen else {}))
+        record.update(edge_per_sample=over)
+    if spec is not chosen:      # held below the edge: the run goes on with another rate than the pause chose
+        record.update(held_from_lr=chosen.lr, switched=True, **({"after": {**record["after"], "lr": spec.lr}}
+                                                                if "after" in record else {}))
     led.probes_s = time.perf_counter() - led.began
     led.replans, led.spent_s, led.owed_s = led.replans + 1, led.spent_s + led.probes_s, led.restart_s
     record.update(iteration=summary.iterations, train_s=led.train_s, replan_s=led.probes_s, spent_s=led.spent_s,
