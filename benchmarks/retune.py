@@ -19,7 +19,7 @@ Workloads: teacher-mlp (develop), gru-count, denoise-waves and pointset-shapes (
 last written after every rule it judges), each run limited to
 240 s, 3 seeds; with --quick, lenet-digits to 0.97, 30 s, one seed (too short to pause: a
 check of the glue). --only names any of benchmarks.harness's workloads (gru-count, held out,
-too); --arms runs some of the arms; --keep DIR keeps each run's directory there (its metrics.jsonl
+too); --arms runs some of the arms (the others' rows stay); --keep DIR keeps each run's directory there (its metrics.jsonl
 and summary.json: runs that `benchmarks.eta` replays). Writes benchmarks/results/retune.json
 (retune-quick.json with --quick).
 
@@ -195,10 +195,11 @@ def main() -> None:
     if args.plan is not None:                 # a given plan's rows are kept apart from the benchmark's own
         for r in rows:
             r["given_plan"] = str(args.plan)
-    elif args.only and not args.quick:        # the other workloads' rows of the last full run stay
+    elif args.only and not args.quick:        # the rows of the last full run that this one did not run stay
         last = RESULTS / "retune.json"
         kept = json.loads(last.read_text())["rows"] if last.is_file() else []
-        rows = [r for r in kept if r["workload"] in FULL and r["workload"] not in workloads] + rows
+        rows = [r for r in kept if r["workload"] in FULL and (r["workload"] not in workloads or r["config"] not in arms)] \
+            + rows
     print_rows("re-tuned, over rates only, pinned, and tuned in place (median s; a miss counts as the limit)", rows, COLUMNS)
     name = given_name(plan_mod.load(args.plan)) if args.plan is not None else "retune"
     path = write_results(name, {"quick": args.quick, "measured_at": datetime.now(timezone.utc).isoformat(
