@@ -57,7 +57,7 @@ from omnitune.planning import Config
 from omnitune.runtime import summary as summary_mod
 
 SHARES = (0.25, 0.5)          # of the run's time to target at which the ETA is read
-MODELS = ("pace", "power", "between", "pace-drift", "curves", "curves-recent")   # the first is eta.estimate's own: unprefixed
+MODELS = ("pace", "power", "between", "backtested", "pace-drift", "curves", "curves-recent")   # the first is eta.estimate's own: unprefixed
 GOALS = {"median_error_0.25": 0.15, "held_share_0.25": 0.80, "median_width_0.25": 2.5, "median_error_0.5": 0.10,
          "cost_share": 0.01}
 QUICK_RUNS = 4

@@ -173,6 +173,17 @@ def test_the_power_law_model_forecasts_a_curve_that_slows_where_the_pace_is_earl
     assert estimate(paced(30), 0.95, model="power").iters_to_target > 1.2 * 2303
 
 
+def test_the_backtested_model_takes_whichever_forecast_the_curves_last_third():
+    """"backtested" fits the pace and the power law to the curve before its last third and takes
+    the one that forecast that third better: the power law's finish on a power law (2 / sqrt(it),
+    0.95 at 1,600 iterations), the pace's on a curve the pace fits exactly (`paced`). Fails if the
+    backtest reads the wrong space or picks the worse of the two."""
+    lines = [{"attempt": 0, "iteration": it, "train_s": it * 0.01, "time": 1e9 + it,
+              "test_accuracy": 1.0 - 2.0 / math.sqrt(it)} for it in range(40, 401, 20)]
+    assert estimate(lines, 0.95, model="backtested").iters_to_target == estimate(lines, 0.95, model="power").iters_to_target
+    assert estimate(paced(30), 0.95, model="backtested").iters_to_target == estimate(paced(30), 0.95).iters_to_target
+
+
 def test_the_pace_corrected_by_its_drift_moves_toward_a_slowing_curves_finish_and_keeps_a_steady_one():
     """On the power law above (0.95 at 1,600 iterations, 16 s), the pace's finish moves later with
     every reading; corrected by that drift, "pace-drift" says later than the pace and no later

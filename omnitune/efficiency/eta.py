@@ -125,6 +125,8 @@ def _crossing(model: str, iters: list[int], scores: list[float], target: Target,
     segment = [k for k, t in enumerate(iters) if t >= since]
     if since and len(segment) >= 2 * curves.MIN_POINTS:      # enough since the change: the segment alone
         iters, scores = [iters[k] for k in segment], [scores[k] for k in segment]
+    if model == "backtested":       # the one of the two that forecast the curve's own last third better
+        model = statmodel.pace_or_power(iters, scores, None if target.on_loss else test_size) or "pace"
     if model in ("pace", "power", "between"):
         if len(statmodel.recent(iters, scores)[0]) < MIN_READINGS:
             return None, f"fewer than {MIN_READINGS} readings past the first {statmodel.RECENT:.0%} of the iterations"

@@ -130,6 +130,26 @@ def power_crossing(iters, accuracy, target: float, test_size: int | None = None)
     return float(max(math.exp(min((math.log(1.0 - target) - at0) / slope, 700.0)), t.max()))
 
 
+def pace_or_power(iters, accuracy, test_size: int | None = None) -> str | None:
+    """Which of `pace_crossing`'s line and `power_crossing`'s power law forecast the curve's own
+    last HELD_OUT better, each fitted to the recent part of the curve before it: "pace" or
+    "power" (the lower mean |log error| over it); None when either part has too few points."""
+    iters, accuracy = np.asarray(iters, float), np.asarray(accuracy, float)
+    before = iters <= iters.max() * (1.0 - HELD_OUT)
+    if before.sum() < 4 or (~before).sum() < 3:
+        return None
+    t, e = recent(iters[before], accuracy[before])
+    if len(t) < 4:
+        return None
+    floor = 0.5 / (test_size or 10_000)
+    held, seen = iters[~before], np.log(np.maximum(1.0 - accuracy[~before], floor))
+    slope, at0 = pace_line(t, e, test_size)
+    p_slope, p_at0 = np.polyfit(np.log(t), np.log(np.maximum(e, floor)), 1)
+    pace = np.mean(np.abs(at0 + slope * held - seen))
+    power = np.mean(np.abs(p_at0 + p_slope * np.log(held) - seen))
+    return "pace" if pace <= power else "power"
+
+
 def pace_share(iters, accuracy, target: float, test_size: int | None = None) -> float | None:
     """How much of its way to `target` a curve has come: its last iteration over the one where its
     recent pace crosses the target (`pace_crossing`). None where the pace never gets there, or
