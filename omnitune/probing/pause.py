@@ -277,31 +277,24 @@ def validation_size(wl: Workload, data_dir: str | None) -> int:
 def retune(spec: RunSpec, checkpoint: Path, why: Why, iters: int,
            step_s: StepTime | None = None, lean: bool = False) -> tuple[RunSpec, dict]:
     """Omnivore's steady state, from a run's checkpoint (weights and optimizer state): the
-    settings the pause may switch to (retune.spec_candidates: all of them for a `stalled` run, or
-    one whose current setting diverges from here; else none of a lower rate per sample; ten times
-    or a tenth of the rate only where three times or a third read better: retune.further) are read
-    at the pause (`pause_reading`, on the same batches) and scored by its validation loss, raw and
-    after its cool-down, on the first RETUNE_VALIDATION test samples; the current setting (its rate
-    at three significant digits, as the candidates': retune.rate) and the challenger (retune.challenger) are read again on other
-    batches, which measures the noise; the run switches only beyond it on both losses, to a lower
-    rate only when `stalled`, and cools its rate where that reaches the target (retune.decide).
-    `why` the run paused: "schedule", "stall" (stalled), "off pace" (stalled, and at its pace
-    the run misses its target within its time limit, so a challenger needs no margin) or
-    "divergence" (stalled, and the run's loss diverged at its current setting, so the best
-    reading wins, no margin asked) or "plateau" (stalled while its recent pace still gets to the
-    target, or off pace before half its way: read as on schedule). On a "plateau" or "off pace" pause where
-    nothing but the goodput's batch is switched to, the current rate and a third of it are read
-    for retune.Rules.plateau_updates times `iters` and compared by retune.plateau, which wins where it
-    lowers the rate.
-    With `step_s` (the hardware model), twice and half the batch are candidates too, and the
-    protocols it predicts faster, each read after the updates that fit in the time of `iters` of
-    the current setting's (retune.pace); and, for SGD, the gradient noise scale is measured at
-    the checkpoint and the larger batch its goodput favours (retune.grown) is read and taken
-    unless its readings refuse it (retune.decide); on one CPU device, the step times of the
-    run's batch and of the larger ones are timed here first (`timed_scales`) and replace the
-    model's ratios (retune.timed).
-    `lean`: the run is tuned in place (runtime/tuner.py), whose tuner reads the edge of
-    stability from the run and never raises the rate, so its pauses read less (`lean_read`).
+    settings the pause may switch to (retune.spec_candidates, `read_candidates`) are read
+    (`pause_reading`, on the same batches) and scored by their validation loss, raw and after a
+    cool-down, on the first RETUNE_VALIDATION test samples; the current setting (its rate at
+    three significant digits, as the candidates': retune.rate) and the challenger are read again
+    on other batches, which measures the noise; the run switches only beyond it on both losses,
+    to a lower rate only when stalled, and cools its rate where that reaches the target
+    (retune.decide). `why` the run paused: "schedule", "stall", "off pace" (stalled, and at its
+    pace it misses its target within its time limit: a challenger needs no margin),
+    "divergence" (stalled at a setting that diverged: the best reading wins) or "plateau" (a
+    stall while the recent pace still gets to the target, or off pace before half its way: read
+    as on schedule). On a "plateau" or "off pace" pause where nothing but the goodput's batch is
+    switched to, the current rate and a third of it are read long and compared
+    (`plateau_check`, retune.plateau). With `step_s` (the hardware model), twice and half the
+    batch and the protocols it predicts faster are candidates too, each read after the updates
+    that fit in the time of `iters` of the current setting's (retune.pace); for SGD the gradient
+    noise scale is measured here and the larger batch its goodput favours (retune.grown) is
+    taken unless its readings refuse it; on one CPU device the batches' step times are timed
+    first (`timed_scales`, retune.timed). `lean` (the run is tuned in place): `lean_read`.
     Returns the re-tuned spec and a record of what was tried and decided, for replans.jsonl."""
     env.keep_freed_memory()
     spec = replace(spec, lr=retune_mod.rate(spec.lr, 1.0))
