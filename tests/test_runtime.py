@@ -302,22 +302,6 @@ def test_a_run_off_pace_ends_its_segment_once_its_latest_half_lasted_pace_wait_s
     assert [bool(x.get("off_pace")) for x in lines] == [math.isfinite(wait_s) and k >= 6 for k in range(1, len(lines) + 1)]
 
 
-def test_a_run_off_pace_waits_for_pace_from_s_too(tmp_path, monkeypatch):
-    """The creeping curve above with a 2-s wait, which ends it at 6 s, and `pace_from_s` 10 (a
-    run tuned in place, whose pause must fit its budget: job.Ledger.segment): it ends at 10 s.
-    Fails if the budget is ignored."""
-    import torch
-
-    clock = {"t": 0.0}
-    monkeypatch.setattr(monitor, "evaluate", lambda *a: (1.0, 0.2 + 0.01 * clock["t"]))
-    m = monitor.Monitor(None, None, 0.99, 100.0, 1.0, tmp_path / "metrics.jsonl", pace_wait_s=2.0, pace_from_s=10.0,
-                        limit_s=40.0)
-    monkeypatch.setattr(monitor.Monitor, "elapsed", lambda self: clock["t"])
-    model = torch.nn.Linear(1, 1)
-    ended = next((t for t in range(1, 20) if clock.update(t=float(t)) or m.check(model, t)), None)
-    assert ended == 10
-
-
 def test_an_off_pace_or_stalled_run_is_not_paused_where_the_pause_would_leave_less_than_it_costs(tmp_path,
                                                                                                monkeypatch):
     """A 40 s limit. The off-pace curve above, with a 9-s pause: its latest half lasts 9 s at 18 s,

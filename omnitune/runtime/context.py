@@ -59,8 +59,7 @@ class JobArgs:
     stop_at_s: float = float("inf")    # end this job (a segment) at this much training time
     stall_stop_from_s: float = float("inf")   # a stall at or after this much training time ends it
     pace_wait_s: float = float("inf")         # being off pace (monitor.off_pace) ends it once the
-                                              # latest half of the training lasted this long,
-    pace_from_s: float = 0.0                  # and this much training time
+                                              # latest half of the training lasted this long
     retuned: bool = False              # keep the best score's checkpoint (BEST_FILE)
     diverge_stop: bool = False         # a divergence ends the job (re-tuning answers it)
     checkpoint_every_s: float = float("inf")   # the coordinator checkpoints at this interval
@@ -167,7 +166,7 @@ class Context:
                           checkpoint_every_s=job.checkpoint_every_s, attempt=job.attempt,
                           eval_every_iters=job.eval_every_iters, max_iters=job.max_iters, min_iters=job.min_iters,
                           record=job.trajectory, stall_stop_from_s=job.stall_stop_from_s,
-                          pace_wait_s=job.pace_wait_s, pace_from_s=job.pace_from_s, limit_s=job.max_time_s,
+                          pace_wait_s=job.pace_wait_s, limit_s=job.max_time_s,
                           diverge_stop=job.diverge_stop)
         monitor.start -= self.start.train_s          # the clock goes on from the checkpoint
         if job.attempt > 0:

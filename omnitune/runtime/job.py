@@ -211,7 +211,6 @@ def run_id(spec: RunSpec) -> str:
 # RETUNE_SHARE of the training time so far. A short run is never paused, unless it diverges, or
 # goes too slowly to reach its target within its time limit (monitor.off_pace).
 RETUNE_SHARE = 0.10      # all re-tuning costs at most this share of the training time so far
-INSURANCE_SHARE = 0.05   # or, tuned in place, all its pauses but a divergence's (docs/decisions.md, job.IN_PLACE)
 FIRST_COST_S = 6.0       # one pause's cost before any was measured, where the re-tuner gives no estimate,
 RESTART_S = 4.5          # of which the restart (docs/decisions.md, job.FIRST_COST_S and job.RESTART_S),
 RESUME_S = 0.15          # or, where the processes wait for the next segment (segments.py), going on (0.07-0.15 s)
@@ -326,14 +325,11 @@ class Ledger:
     def segment(self, launch: Callable[[JobArgs], RunSummary], job: JobArgs, stop_s: float) -> RunSummary:
         """Run a segment to `stop_s`, and account for it. A stall pauses it at once where a pause
         fits the budget; being off pace, once its latest half lasted as long as a pause costs (the
-        ski-rental rule: docs/decisions.md, monitor.off_pace). A run tuned in place (not
-        `scheduled`), whose tuner reads the run itself, pauses for either only where all its
-        pauses so far fit INSURANCE_SHARE of its training (docs/decisions.md, job.IN_PLACE)."""
-        share = RETUNE_SHARE if self.scheduled else INSURANCE_SHARE
-        stall_from_s = (self.spent_s + self.owed_s + self.cost_s) / share
+        ski-rental rule: docs/decisions.md, monitor.off_pace)."""
+        stall_from_s = (self.spent_s + self.owed_s + self.cost_s) / RETUNE_SHARE
         self.began, self.segment_from_s = time.perf_counter(), self.train_s
         summary = launch(dataclasses.replace(job, stop_at_s=stop_s, stall_stop_from_s=stall_from_s,
-                                             pace_wait_s=self.cost_s, pace_from_s=0.0 if self.scheduled else stall_from_s))
+                                             pace_wait_s=self.cost_s))
         self.stalled_at_s = self.stalled_at_s if self.stalled_at_s is not None else summary.stalled_at_s
         self.diverged_at_s = self.diverged_at_s if self.diverged_at_s is not None else summary.diverged_at_s
         if self.resumed:          # this segment began with a restart after a pause

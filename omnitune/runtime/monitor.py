@@ -104,8 +104,7 @@ class Monitor:
     stalled: bool = False                     # stalled now (STALL_SHARE)
     stalled_at_s: float | None = None         # training time of the first stall
     stall_stop_from_s: float = float("inf")   # a stall at or after this training time ends the run
-    pace_wait_s: float = float("inf")         # being off pace ends it once the latest half lasted this long,
-    pace_from_s: float = 0.0                  # and the training this long
+    pace_wait_s: float = float("inf")         # being off pace ends it once the latest half lasted this long
     limit_s: float = float("inf")             # the whole run's time limit, which its pace is judged by
     off_pace: bool = False                    # off pace now (`off_pace`; only where pace_wait_s is finite)
     loss_average: float = float("nan")        # the training loss's moving average (DIVERGE_EMA)
@@ -183,12 +182,11 @@ class Monitor:
 
     def progress_ends(self, train_s: float) -> bool:
         """Whether the run's progress ends it at `train_s`: a stall past `stall_stop_from_s`, or
-        being off pace once the latest half of the training lasted `pace_wait_s` and the training
-        `pace_from_s`. Where that wait
+        being off pace once the latest half of the training lasted `pace_wait_s`. Where that wait
         is a pause's cost (a re-tuned run's), neither ends it once a pause would leave less of the
         time limit after it than it costs (`pause_pays`)."""
         return ((self.stalled and train_s >= self.stall_stop_from_s
-                 or self.off_pace and train_s / 2 >= self.pace_wait_s and train_s >= self.pace_from_s)
+                 or self.off_pace and train_s / 2 >= self.pace_wait_s)
                 and pause_pays(train_s, self.pace_wait_s, self.limit_s))
 
     def out_of_time(self, iteration: int) -> bool:

@@ -40,8 +40,7 @@ PAUSED = "paused-{}"       # the coordinator's mark in the run dir: segment k of
 POLL_S = 0.02              # how often the re-tuner looks for that mark
 OWNER_CHECK_S = 1.0        # how often a waiting process checks that the command that launched it lives
 # What the next segment takes from the re-tuner: its spec comes from the plan at `plan_path`.
-CHANGES = ("plan_path", "resume_from", "stop_at_s", "stall_stop_from_s", "pace_wait_s", "pace_from_s",
-           "diverge_stop")
+CHANGES = ("plan_path", "resume_from", "stop_at_s", "stall_stop_from_s", "pace_wait_s", "diverge_stop")
 
 
 class Segments:
