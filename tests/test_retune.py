@@ -70,8 +70,6 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     pause reads the lower rates too, though the run was not stalled (a tenth of the rate because
     a third reads finite, which is better), and goes on with one; no larger rate is read
     (Omnivore's rule after a divergence: retune.below)."""
-    import torch
-
     from omnitune.probing import pause
     from tests.conftest import make_spec
 
@@ -81,10 +79,7 @@ def test_a_pause_whose_current_setting_diverges_reads_the_lower_rates(tmp_path, 
     def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append(setting.lr)
         return Reading(math.inf, math.inf, -math.inf) if setting.lr >= 0.1 else Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(pause, "pause_reading", fake)
-    monkeypatch.setattr(pause, "first", lambda test, n: test)
-    ckpt = tmp_path / "c.pt"
-    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    ckpt = faked_pause(tmp_path, monkeypatch, fake)
     new, record = pause.retune(spec, ckpt, "schedule", iters=10)
     assert read[0] == 0.1 and set(read) == {0.1, 0.0333, 0.01} and new.lr < 0.1 and record["switched"]
 
@@ -94,8 +89,6 @@ def test_a_pause_reads_a_rate_a_cool_down_left_at_three_digits_as_its_candidates
     around it: the current rate is read as 0.0167, the key its candidates use (retune.rate), and
     the pause decides. Fails if the current setting is missing from the readings (a KeyError
     ended a held-out run's benchmark, 2026-12-06)."""
-    import torch
-
     from omnitune.probing import pause
     from tests.conftest import make_spec
 
@@ -105,10 +98,7 @@ def test_a_pause_reads_a_rate_a_cool_down_left_at_three_digits_as_its_candidates
     def fake(wl, train, held, spec, state, setting, batches, iters, cool=True):
         read.append(setting.lr)
         return Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(pause, "pause_reading", fake)
-    monkeypatch.setattr(pause, "first", lambda test, n: test)
-    ckpt = tmp_path / "c.pt"
-    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    ckpt = faked_pause(tmp_path, monkeypatch, fake)
     new, record = pause.retune(spec, ckpt, "stall", iters=10)
     assert read[0] == 0.0167 and new.lr == 0.0167 and not record["switched"]
 
@@ -135,12 +125,24 @@ def test_a_plateau_lowers_the_rate_a_step_only_for_a_large_gain():
     assert not retune.plateau(retune.Setting(0.1, 0.9), broken).switched
 
 
+def faked_pause(tmp_path, monkeypatch, reading):
+    """pause.pause_reading faked by `reading`, the validation set as given, and an empty
+    checkpoint for the pause to load: returns its path."""
+    import torch
+
+    from omnitune.probing import pause
+
+    monkeypatch.setattr(pause, "pause_reading", reading)
+    monkeypatch.setattr(pause, "first", lambda test, n: test)
+    ckpt = tmp_path / "c.pt"
+    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    return ckpt
+
+
 def faked_plateau(tmp_path, monkeypatch):
     """A run at lr 0.1 (batch 16) paused on a plateau, with pause.pause_reading faked: a lower
     rate read longer than 10 updates reads loss 0.30, everything else 0.40. Returns the spec,
     its checkpoint and the list of readings taken, as (lr, updates, cooled)."""
-    import torch
-
     from omnitune.probing import pause
     from tests.conftest import make_spec
 
@@ -150,10 +152,7 @@ def faked_plateau(tmp_path, monkeypatch):
         read.append((setting.lr, iters, cool))
         loss = 0.30 if setting.lr < 0.1 and iters > 10 else 0.40
         return Reading(loss, loss, 0.0)
-    monkeypatch.setattr(pause, "pause_reading", fake)
-    monkeypatch.setattr(pause, "first", lambda test, n: test)
-    ckpt = tmp_path / "c.pt"
-    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    ckpt = faked_pause(tmp_path, monkeypatch, fake)
     return make_spec("sync", [["cpu0"]], batch=16, lr=0.1, momentum=0.9), ckpt, read
 
 
@@ -980,8 +979,6 @@ def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp
     """pause.retune on a stalled run: 3x the rate reads worse than the current one, and 10x is not
     read (the record lists it as not read; a tenth likewise where a third read worse); where 3x
     reads better on both losses, 10x is read."""
-    import torch
-
     from omnitune.probing import pause
     from tests.conftest import make_spec
 
@@ -993,10 +990,7 @@ def test_a_pause_reads_ten_times_the_rate_only_after_three_times_read_better(tmp
         ratio = round(setting.lr / 0.1, 2)
         return Reading(*x3_reads, 0.0) if ratio == 3.0 else Reading(1.2, 1.2, 0.0) if ratio == 0.33 \
             else Reading(1.0, 1.0, 0.0)
-    monkeypatch.setattr(pause, "pause_reading", fake)
-    monkeypatch.setattr(pause, "first", lambda test, n: test)
-    ckpt = tmp_path / "c.pt"
-    torch.save({"model": {}, "optimizer": {}}, ckpt)
+    ckpt = faked_pause(tmp_path, monkeypatch, fake)
     _, record = pause.retune(spec, ckpt, "stall", iters=30)
     lrs = {s.lr for s in read}
     assert (1.0 in lrs) is far_read and 0.01 not in lrs and 0.3 in lrs and 0.0333 in lrs
